@@ -1,0 +1,355 @@
+"""The ``torch.tpu`` module: devices, synchronization, memory, RNG, streams, precision.
+
+We present one logical device, ``tpu:0``, whatever the number of chips:
+sharding spreads a tensor's data over chips, and ``device_count()`` stays 1,
+which is what PyTorch's Python device guard supports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import time
+from dataclasses import dataclass
+
+import jax
+import torch
+
+from .runtime import memory, rng, stats
+
+_initialized = False
+
+
+@functools.lru_cache(maxsize=None)
+def _devices():
+    return tuple(jax.devices())
+
+
+def _platform() -> str:
+    return _devices()[0].platform
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _lazy_init() -> None:
+    global _initialized
+    _devices()
+    _initialized = True
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def _index(device) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        index = device.index or 0
+    if index != 0:
+        raise RuntimeError(f"torchtpu presents one logical device, tpu:0; got tpu:{index}")
+    return index
+
+
+def set_device(device) -> None:
+    _index(device)
+
+
+class device:
+    """Context manager that selects a tpu device (only tpu:0 exists)."""
+
+    def __init__(self, device):
+        self.idx = _index(device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def get_device_name(device=None) -> str:
+    _index(device)
+    first = _devices()[0]
+    if first.platform == "tpu":
+        return first.device_kind if first.device_kind.startswith("TPU") else f"TPU {first.device_kind}"
+    if first.platform == "gpu":
+        return f"XLA GPU ({first.device_kind}; no TPU found)"
+    return "XLA CPU (no TPU found)"
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    platform: str
+    total_memory: int
+    chip_count: int
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    return DeviceProperties(get_device_name(device), _platform(), _total_memory(), len(_devices()))
+
+
+def synchronize(device=None) -> None:
+    """Wait for all queued work on the device."""
+    _index(device)
+    stats.host_syncs["synchronize"] += 1
+    for array in jax.live_arrays():
+        array.block_until_ready()
+
+
+# ---- memory --------------------------------------------------------------------
+
+
+def _runtime_stats():
+    """PJRT's own memory statistics, summed over chips, or None where it has none."""
+    per_chip = [d.memory_stats() for d in _devices()]
+    if not per_chip or any(s is None for s in per_chip):
+        return None
+    total = {}
+    for s in per_chip:
+        for k, v in s.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def _total_memory() -> int:
+    runtime = _runtime_stats()
+    if runtime and "bytes_limit" in runtime:
+        return int(runtime["bytes_limit"])
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def memory_allocated(device=None) -> int:
+    runtime = _runtime_stats()
+    return int(runtime["bytes_in_use"]) if runtime and "bytes_in_use" in runtime else memory.allocated_bytes
+
+
+def max_memory_allocated(device=None) -> int:
+    runtime = _runtime_stats()
+    if runtime and "peak_bytes_in_use" in runtime:
+        return int(runtime["peak_bytes_in_use"])
+    return memory.peak_bytes
+
+
+def memory_reserved(device=None) -> int:
+    runtime = _runtime_stats()
+    if runtime and "bytes_reserved" in runtime:
+        return int(runtime["bytes_reserved"])
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device=None) -> int:
+    return max(memory_reserved(device), max_memory_allocated(device))
+
+
+def memory_stats(device=None) -> dict:
+    return {
+        "allocated_bytes.all.current": memory_allocated(device),
+        "allocated_bytes.all.peak": max_memory_allocated(device),
+        "reserved_bytes.all.current": memory_reserved(device),
+        "source": "pjrt" if _runtime_stats() else "torchtpu live-buffer accounting",
+    }
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    memory.reset_peak()
+
+
+def mem_get_info(device=None) -> tuple:
+    total = _total_memory()
+    return (max(total - memory_reserved(device), 0), total)
+
+
+def empty_cache() -> None:
+    """Nothing to release: XLA frees a buffer as soon as its last tensor dies."""
+
+
+# ---- RNG -----------------------------------------------------------------------
+
+
+def manual_seed(seed: int) -> None:
+    rng.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    rng.manual_seed(seed)
+
+
+def seed() -> None:
+    rng.manual_seed(time.time_ns() % (1 << 63))
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    return rng.initial_seed()
+
+
+def get_rng_state(device="tpu") -> torch.Tensor:
+    return rng.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
+    rng.set_state(new_state)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states) -> None:
+    set_rng_state(new_states[0])
+
+
+# ---- streams and events ------------------------------------------------------
+
+
+class Stream:
+    """XLA orders work itself; a stream is an ordering handle with CUDA's API."""
+
+    def __init__(self, device=None, priority=0):
+        self.device = torch.device("tpu", _index(device))
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_default_stream = None
+
+
+def current_stream(device=None) -> Stream:
+    global _default_stream
+    if _default_stream is None:
+        _default_stream = Stream(device)
+    return _default_stream
+
+
+def default_stream(device=None) -> Stream:
+    return current_stream(device)
+
+
+@contextlib.contextmanager
+def stream(s):
+    yield s
+
+
+class Event:
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = enable_timing
+        self._time = None
+
+    def record(self, stream=None) -> None:
+        synchronize()
+        self._time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def query(self) -> bool:
+        return True
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def elapsed_time(self, end_event) -> float:
+        """Milliseconds between this event and ``end_event``, as CUDA reports."""
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("elapsed_time: both events must be recorded first")
+        return (end_event._time - self._time) * 1000.0
+
+
+# ---- precision and amp -------------------------------------------------------
+
+
+class Precision(enum.Enum):
+    DEFAULT = "default"  # bfloat16 passes on TPU: fastest
+    HIGH = "high"  # three bfloat16 passes
+    HIGHEST = "highest"  # full float32
+
+
+_precision = Precision.HIGHEST
+
+
+def get_precision() -> Precision:
+    return _precision
+
+
+@contextlib.contextmanager
+def precision(value):
+    """Set XLA's float32 matmul precision for the ops run inside the block."""
+    global _precision
+    value = Precision(value) if not isinstance(value, Precision) else value
+    previous = _precision
+    _precision = value
+    try:
+        with jax.default_matmul_precision(value.value):
+            yield
+    finally:
+        _precision = previous
+
+
+def get_amp_supported_dtype() -> list:
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def fallback_stats() -> dict:
+    """How many times each op ran on the host through TORCHTPU_CPU_FALLBACK=1."""
+    return dict(stats.cpu_fallbacks)
+
+
+def compile_stats() -> dict:
+    """How many programs were compiled for each op."""
+    return dict(stats.compiles)
+
+
+def host_sync_stats() -> dict:
+    return dict(stats.host_syncs)

@@ -1,0 +1,88 @@
+"""How an ATen op maps onto a lowering: functional, in-place or ``out=``.
+
+Computed once per OpOverload from its schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+from ..ops.registry import LOWERINGS, Lowering
+
+aten = torch.ops.aten
+# Factory arguments a functional op may take that its out= variant lacks.
+_FACTORY_ARGS = {"dtype", "layout", "device", "pin_memory", "memory_format"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    op: torch._ops.OpOverload  # the op as called
+    functional: torch._ops.OpOverload  # the op whose lowering computes the values
+    lowering: Lowering
+    kind: str  # "functional", "inplace" or "out"
+    mutated: tuple  # (position, name) of each argument written to, in result order
+    arg_names: tuple  # names of the functional op's arguments
+    returns_list: bool  # the schema returns Tensor[]
+
+
+def _mutated_args(op) -> tuple:
+    return tuple(
+        (i, a.name)
+        for i, a in enumerate(op._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+
+
+def is_functional(op) -> bool:
+    return not _mutated_args(op) and not op._schema.name.endswith("_")
+
+
+def _signature(op, drop=()):
+    return [
+        (a.name, str(a.type))
+        for a in op._schema.arguments
+        if not (a.alias_info is not None and a.alias_info.is_write and a.kwarg_only)
+        and a.name not in drop
+    ]
+
+
+def functional_of(op):
+    """The functional overload an in-place or out= op computes, or None."""
+    packet_name = op._schema.name.split("::")[1]
+    if packet_name.endswith("_"):
+        packet = getattr(aten, packet_name[:-1], None)
+        if packet is not None and op._overloadname in packet.overloads():
+            return getattr(packet, op._overloadname)
+        return None
+    if not op._schema.is_mutable:
+        return None
+    packet = getattr(aten, packet_name)
+    wanted = _signature(op)
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        if is_functional(candidate) and _signature(candidate, _FACTORY_ARGS) == wanted:
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def plan_for(op) -> Plan | None:
+    """The plan for ``op``, or None when no lowering covers it."""
+    returns_list = any(str(r.type) == "List[Tensor]" for r in op._schema.returns)
+    if op in LOWERINGS:
+        return Plan(op, op, LOWERINGS[op], "functional", (), _names(op), returns_list)
+    functional = functional_of(op)
+    if functional is None or functional not in LOWERINGS:
+        return None
+    kind = "inplace" if op._schema.name.endswith("_") else "out"
+    mutated = _mutated_args(op)
+    if kind == "inplace":
+        mutated = mutated[:1]
+    return Plan(op, functional, LOWERINGS[functional], kind, mutated, _names(functional), returns_list)
+
+
+def _names(op) -> tuple:
+    return tuple(a.name for a in op._schema.arguments)

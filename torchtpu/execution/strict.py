@@ -1,0 +1,326 @@
+"""The strict eager executor: one op at a time, asynchronous, cached per shape.
+
+For each call we describe the arguments as a hashable key: tensors by layout
+and dtype, Python floats as runtime values (so a changing learning rate does
+not recompile), everything else as constants.  The first call with a key runs
+PyTorch's meta kernel for the op, which raises exactly CPU's shape and dtype
+errors and tells us every output's size, stride and dtype, then compiles one
+jax program: read the inputs through their views, apply the lowering, cast
+to the meta dtypes, and write any in-place results back into their storages.
+Later calls with the same key only call that program.  jax dispatch is
+asynchronous, so nothing blocks until a host sync.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import torch
+
+from .. import dtypes, tensor
+from ..runtime import rng, stats
+from .plan import Plan, plan_for
+
+_Tensor = torch.Tensor
+_DYNAMIC_NUMBERS = (float, complex)
+
+
+class Program:
+    """One compiled op: the jitted function plus what is needed to wrap its outputs."""
+
+    __slots__ = ("fn", "out_metas", "written_layouts", "result_slots", "returns")
+
+    def __init__(self, fn, out_metas, written_layouts, returns):
+        self.fn = fn
+        self.out_metas = out_metas  # (size, stride, torch dtype) of each fresh output
+        self.written_layouts = written_layouts  # {storage slot: layout after the op}
+        self.returns = returns  # how to build the op's return value
+
+
+class _Inputs:
+    """The dynamic inputs of one call, gathered while describing its arguments."""
+
+    __slots__ = ("tensors", "numbers", "storages", "slots")
+
+    def __init__(self):
+        self.tensors = []  # every tensor leaf, in order
+        self.numbers = []  # every dynamic Python number, in order
+        self.storages = []  # unique storages' buffers, by slot
+        self.slots = {}  # storage id -> slot
+
+
+def _device_error(op, t):
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"tpu:0 and {t.device}! (when checking argument for {op._schema.name})"
+    )
+
+
+def _describe(op, value, inputs, static_numbers):
+    """A hashable description of one argument; records its dynamic parts."""
+    if isinstance(value, _Tensor):
+        if value.device.type != "tpu":
+            if value.device.type == "cpu" and value.dim() == 0:
+                value = tensor.from_host(value)
+            else:
+                raise _device_error(op, value)
+        storage = value.untyped_storage()
+        slot = inputs.slots.get(storage._cdata)
+        if slot is None:
+            slot = inputs.slots[storage._cdata] = len(inputs.storages)
+            inputs.storages.append((storage._tpu_buffer, storage.nbytes()))
+        inputs.tensors.append(value)
+        return ("T", slot, tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_describe(op, v, inputs, static_numbers) for v in value)
+    if isinstance(value, _DYNAMIC_NUMBERS) and not static_numbers:
+        inputs.numbers.append(value)
+        return ("N", type(value))
+    if isinstance(value, torch.Generator):
+        return ("G",)
+    return value
+
+
+def _is_tensor_desc(d):
+    return type(d) is tuple and len(d) == 6 and d[0] == "T"
+
+
+def execute(op, args, kwargs):
+    plan = plan_for(op)
+    return run(plan, args, kwargs)
+
+
+def run(plan: Plan, args, kwargs):
+    lowering = plan.lowering
+    if lowering.data_dependent:
+        return _run_data_dependent(plan, args, kwargs)
+    inputs = _Inputs()
+    static = lowering.static_numbers
+    arg_key = tuple(_describe(plan.op, a, inputs, static) for a in args)
+    kw_key = tuple((k, _describe(plan.op, v, inputs, static)) for k, v in kwargs.items())
+    storage_key = tuple(
+        (buf.layout, None if buf.array is None else buf.array.dtype, nbytes)
+        for buf, nbytes in inputs.storages
+    )
+    key = (plan.op, arg_key, kw_key, storage_key)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        resized = _resize_outs(plan, args, kwargs)
+        if resized:
+            return run(plan, args, kwargs)
+        program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key)
+        stats.compiles[str(plan.op)] += 1
+    arrays = [buf.array for buf, _ in inputs.storages]
+    numbers = inputs.numbers
+    if lowering.random:
+        numbers = numbers + list(rng.next_seed_and_offset())
+    with tensor.x64():
+        outs, written = program.fn(arrays, numbers)
+    for slot, array in written.items():
+        inputs.storages[slot][0].set(array, program.written_layouts[slot])
+    return _wrap(plan, program, outs, args, kwargs)
+
+
+_PROGRAMS: dict = {}
+
+
+def _mutated_values(plan, args, kwargs):
+    for pos, name in plan.mutated:
+        yield args[pos] if pos < len(args) else kwargs[name]
+
+
+def _flat_tensors(value):
+    if isinstance(value, _Tensor):
+        return [value]
+    return [t for v in value for t in _flat_tensors(v)]
+
+
+def _resize_outs(plan, args, kwargs) -> bool:
+    """Resize out= tensors to the result shape, as PyTorch's out= ops do. True if any changed."""
+    if plan.kind != "out":
+        return False
+    metas = _run_meta(plan, args, kwargs)
+    changed = False
+    targets = [t for v in _mutated_values(plan, args, kwargs) for t in _flat_tensors(v)]
+    for target, meta in zip(targets, metas):
+        if target.shape != meta.shape:
+            target.resize_(meta.shape)
+            changed = True
+    return changed
+
+
+def _to_meta(value):
+    if isinstance(value, _Tensor):
+        if value.device.type != "tpu":
+            return value.to("meta")
+        meta = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        if value.storage_offset():
+            meta = meta.as_strided(value.shape, value.stride(), value.storage_offset())
+        return meta
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_meta(v) for v in value)
+    if isinstance(value, torch.Generator):
+        return None
+    if isinstance(value, torch.device) and value.type == "tpu":
+        return torch.device("meta")
+    return value
+
+
+def _run_meta(plan, args, kwargs):
+    """The op's results on meta tensors: PyTorch's own shape and dtype checks."""
+    meta_args = [_to_meta(a) for a in args]
+    meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+    result = plan.op(*meta_args, **meta_kwargs)
+    if plan.kind == "inplace":
+        return _flat_tensors(meta_args[plan.mutated[0][0]])
+    if plan.kind == "out":
+        return [t for v in _mutated_values(plan, meta_args, meta_kwargs) for t in _flat_tensors(v)]
+    return _flat_tensors(result) if not isinstance(result, _Tensor) else [result]
+
+
+def _functional_call(plan, args, kwargs):
+    """The arguments of the functional op: out= arguments dropped."""
+    if plan.kind != "out":
+        return args, kwargs
+    out_names = {name for _, name in plan.mutated}
+    return args, {k: v for k, v in kwargs.items() if k not in out_names}
+
+
+def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
+    metas = _run_meta(plan, args, kwargs)
+    out_metas = [(tuple(m.shape), m.stride(), m.dtype) for m in metas]
+    lowering = plan.lowering
+    f_args_key, f_kw_key = arg_key, kw_key
+    if plan.kind == "out":
+        out_names = {name for _, name in plan.mutated}
+        f_kw_key = tuple((k, v) for k, v in kw_key if k not in out_names)
+    targets = []
+    if plan.kind != "functional":
+        mutated_descs = [
+            arg_key[pos] if pos < len(arg_key) else dict(kw_key)[name] for pos, name in plan.mutated
+        ]
+        targets = [d for desc in mutated_descs for d in _flat_descs(desc)]
+    # Each write, in order: (slot, storage layout before, view layout, storage nbytes).
+    write_steps, written_layouts = [], {}
+    for d in targets:
+        slot, view_layout, dtype = d[1], (d[2], d[3], d[4]), dtypes.to_jax(d[5])
+        layout, old_dtype, nbytes = storage_key[slot]
+        if slot in written_layouts:
+            layout, old_dtype = written_layouts[slot], dtype
+        write_steps.append((slot, layout, view_layout, nbytes))
+        written_layouts[slot] = tensor.written_layout(old_dtype, layout, view_layout, dtype, nbytes)
+
+    def program(arrays, numbers):
+        numbers = list(numbers)
+        key = None
+        if lowering.random:
+            offset, seed = numbers.pop(), numbers.pop()
+            key = jax.random.fold_in(jax.random.key(seed.astype("uint32")), offset)
+        number_iter = iter(numbers)
+
+        def build(desc):
+            if _is_tensor_desc(desc):
+                _, slot, size, stride, offset, dtype = desc
+                layout, _, nbytes = storage_key[slot]
+                return tensor.view_of(arrays[slot], layout, (size, stride, offset), dtypes.to_jax(dtype), nbytes)
+            if type(desc) is tuple and len(desc) == 2 and desc[0] == "N":
+                return next(number_iter)
+            if type(desc) is tuple and desc == ("G",):
+                return None
+            if type(desc) is tuple:
+                return tuple(build(d) for d in desc)
+            return desc
+
+        call_args = [build(d) for d in f_args_key]
+        call_kwargs = {k: build(v) for k, v in f_kw_key}
+        if lowering.random:
+            call_kwargs["key"] = key
+        result = lowering.fn(*call_args, **call_kwargs)
+        values = _flat_results(result)
+        if len(values) != len(out_metas):
+            raise AssertionError(f"lowering of {plan.functional} returned {len(values)} values, expected {len(out_metas)}")
+        values = [_conform(v, m, plan) for v, m in zip(values, out_metas)]
+        if plan.kind == "functional":
+            return values, {}
+        current = list(arrays)
+        for (slot, layout, view_layout, nbytes), value in zip(write_steps, values):
+            current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes)
+        return [], {slot: current[slot] for slot in written_layouts}
+
+    return Program(jax.jit(program), out_metas, written_layouts, None)
+
+
+def _flat_descs(desc):
+    if _is_tensor_desc(desc):
+        return [desc]
+    return [d for sub in desc for d in _flat_descs(sub)]
+
+
+def _flat_results(result):
+    if isinstance(result, (list, tuple)):
+        return [v for r in result for v in _flat_results(r)]
+    return [result]
+
+
+def _conform(value, meta, plan):
+    """Cast a lowering's result to the dtype and shape PyTorch's meta kernel gave."""
+    size, _, dtype = meta
+    value = jax.numpy.asarray(value)
+    jdtype = dtypes.to_jax(dtype)
+    if value.dtype != jdtype:
+        value = value.astype(jdtype)
+    if value.shape != size:
+        if math.prod(value.shape) == math.prod(size):
+            raise AssertionError(f"lowering of {plan.functional} returned shape {value.shape}, meta says {size}")
+        value = jax.numpy.broadcast_to(value, size)
+    return value
+
+
+def _wrap(plan, program, outs, args, kwargs):
+    if plan.kind == "inplace":
+        return args[0]
+    if plan.kind == "out":
+        results = list(_mutated_values(plan, args, kwargs))
+        return results[0] if len(results) == 1 else tuple(results)
+    tensors = [
+        _new_tensor(array, meta) for array, meta in zip(outs, program.out_metas)
+    ]
+    if plan.returns_list:
+        return tensors
+    return tensors[0] if len(tensors) == 1 and len(plan.functional._schema.returns) == 1 else tuple(tensors)
+
+
+def _new_tensor(array, meta):
+    size, stride, dtype = meta
+    t = tensor.empty(size, dtype, stride)
+    tensor.attach(t, array, (size, stride, 0))
+    return t
+
+
+def _run_data_dependent(plan, args, kwargs):
+    """Ops whose output shape depends on values: run eagerly on concrete arrays."""
+    def unwrap(v):
+        if isinstance(v, _Tensor):
+            if v.device.type != "tpu":
+                if v.device.type == "cpu" and v.dim() == 0:
+                    v = tensor.from_host(v)
+                else:
+                    raise _device_error(plan.op, v)
+            return tensor.read(v)
+        if isinstance(v, (list, tuple)):
+            return type(v)(unwrap(x) for x in v)
+        return v
+
+    with tensor.x64():
+        result = plan.lowering.fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+    return _wrap_eager(result)
+
+
+def _wrap_eager(result):
+    if isinstance(result, jax.Array):
+        return tensor.from_array(result)
+    if isinstance(result, (list, tuple)):
+        return type(result)(_wrap_eager(r) for r in result)
+    return result

@@ -1,0 +1,56 @@
+"""The lowering table: ATen OpOverload -> pure function on jax arrays.
+
+Every executor reads this one table.  A lowering receives the op's arguments
+as the ATen schema names them, with jax arrays in place of tensors, and
+returns jax arrays in the structure the schema returns.  It only needs to be
+right about values: the executor casts each result to the dtype that
+PyTorch's own meta kernel reports, so the result dtype always matches CPU.
+
+Only functional ops are lowered.  The executor derives the in-place
+(``add_.Tensor``) and ``out=`` (``add.out``) variants from the functional one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    fn: Callable
+    # Python numbers are passed to the program as values, not constants,
+    # so a changing learning rate does not recompile.  Ops whose output
+    # shape depends on a number (arange, linspace) keep them constant.
+    static_numbers: bool = False
+    # The output shape depends on the data (nonzero, unique): run eagerly,
+    # outside jit, with no meta kernel.
+    data_dependent: bool = False
+    # The lowering takes a ``key=`` PRNG key argument.
+    random: bool = False
+
+
+LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+
+
+def lower(*ops, static_numbers=False, data_dependent=False, random=False):
+    """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
+
+    def register(fn):
+        for op in ops:
+            overloads = (
+                [getattr(op, name) for name in op.overloads()]
+                if isinstance(op, torch._ops.OpOverloadPacket)
+                else [op]
+            )
+            for overload in overloads:
+                if overload in LOWERINGS:
+                    raise ValueError(f"{overload} already has a lowering")
+                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random)
+        return fn
+
+    return register

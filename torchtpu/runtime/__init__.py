@@ -1,0 +1,1 @@
+"""Runtime: devices, memory accounting, RNG keys and the compile caches."""

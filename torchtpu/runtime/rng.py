@@ -1,0 +1,43 @@
+"""The tpu random stream: a seed plus a counter, folded into a PRNG key per op.
+
+Each random op takes the next counter value, so a seed replays the same
+stream, and the state is just two integers that ``get_rng_state`` packs.
+"""
+
+import threading
+
+import torch
+
+_DEFAULT_SEED = 67280421310721
+_lock = threading.Lock()
+_seed = _DEFAULT_SEED
+_offset = 0
+
+
+def manual_seed(seed: int) -> None:
+    global _seed, _offset
+    with _lock:
+        _seed, _offset = int(seed) % (1 << 63), 0
+
+
+def initial_seed() -> int:
+    return _seed
+
+
+def next_seed_and_offset() -> tuple:
+    global _offset
+    with _lock:
+        offset = _offset
+        _offset += 1
+    return _seed, offset
+
+
+def get_state() -> torch.Tensor:
+    return torch.tensor([_seed, _offset], dtype=torch.int64).view(torch.uint8)
+
+
+def set_state(state: torch.Tensor) -> None:
+    global _seed, _offset
+    seed, offset = state.detach().cpu().contiguous().view(torch.int64).tolist()
+    with _lock:
+        _seed, _offset = seed, offset

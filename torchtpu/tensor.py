@@ -1,0 +1,307 @@
+"""The tpu tensor representation.  This is the only module that reads its fields.
+
+A tpu tensor is a plain PrivateUse1 ``torch.Tensor`` with a real, non-owning
+storage at a fake, unique address.  PyTorch's own CPU metadata kernels make
+views of it, so aliasing, strides, offsets and version counters are exactly
+CPU's.  The device data lives on the storage object as a ``Buffer``: a jax
+array plus the layout ``(size, stride, offset)`` through which the array maps
+onto the storage's elements.  The array keeps the shape of the tensor that
+wrote it, so the common case (a tensor covering its whole storage) needs no
+reshaping, and a sharded array keeps its sharding.
+
+``view_of`` and ``with_view_written`` are pure jax functions: executors call
+them inside their compiled programs, so reading or writing through a view
+costs no extra dispatch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from . import dtypes
+from .runtime import memory
+
+DEVICE = torch.device("tpu", 0)
+_CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
+# Fake addresses: a high range no host pointer uses, spaced so storages never overlap.
+_address_lock = threading.Lock()
+_next_free_address = 1 << 44
+
+
+def _next_address(nbytes: int) -> int:
+    global _next_free_address
+    with _address_lock:
+        address = _next_free_address
+        _next_free_address += (nbytes // 256 + 1) * 256
+    return address
+
+
+class Buffer:
+    """Device data of one storage. ``array`` is None until first written."""
+
+    __slots__ = ("array", "layout", "__weakref__")
+
+    def __init__(self, array=None, layout=None):
+        self.array = None
+        self.layout = None
+        self.set(array, layout)
+
+    def set(self, array, layout):
+        memory.replaced(self.array, array)
+        self.array = array
+        self.layout = layout
+
+    def __del__(self):
+        memory.replaced(self.array, None)
+
+
+def contiguous_strides(size) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def layout_of(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset())
+
+
+def buffer_of(t: torch.Tensor) -> Buffer:
+    storage = t.untyped_storage()
+    try:
+        return storage._tpu_buffer
+    except AttributeError:
+        raise RuntimeError(
+            "torchtpu: this tpu tensor has no device buffer; it was not created by torchtpu"
+        ) from None
+
+
+def storage_numel(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes() // t.element_size()
+
+
+def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tensor:
+    """A new tpu tensor with its own storage and no data yet."""
+    size = tuple(size)
+    stride = contiguous_strides(size) if stride is None else tuple(stride)
+    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    nbytes = (offset + extent) * dtype.itemsize if extent else 0
+    storage = torch._C._construct_storage_from_data_pointer(_next_address(nbytes), DEVICE, nbytes)
+    storage._tpu_buffer = Buffer()
+    t = torch._C._acc.create_empty_tensor((0,), dtype)
+    _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
+    return t
+
+
+def from_array(array: jax.Array, dtype: torch.dtype | None = None, stride=None) -> torch.Tensor:
+    """Wrap a jax array as a new tpu tensor that owns it."""
+    dtype = dtypes.to_torch(array.dtype) if dtype is None else dtype
+    t = empty(array.shape, dtype, stride)
+    t.untyped_storage()._tpu_buffer.set(array, layout_of(t))
+    return t
+
+
+def attach(t: torch.Tensor, array: jax.Array, layout) -> None:
+    buffer_of(t).set(array, layout)
+
+
+# ---- pure functions on arrays, used inside compiled programs ---------------
+
+
+def is_contiguous_layout(layout) -> bool:
+    size, stride, _ = layout
+    return all(s == c or n <= 1 for s, c, n in zip(stride, contiguous_strides(size), size))
+
+
+def _dense_permutation(layout):
+    """The dim order that makes ``layout`` row-major and dense, or None."""
+    size, stride, _ = layout
+    order = sorted((i for i in range(len(size)) if size[i] > 1), key=lambda i: -stride[i])
+    expected = 1
+    for i in reversed(order):
+        if stride[i] != expected:
+            return None
+        expected *= size[i]
+    return order
+
+
+def _index_grid(layout):
+    size, stride, offset = layout
+    idx = jnp.full(size, offset, dtype=jnp.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        if n > 1 and st != 0:
+            idx = idx + jax.lax.broadcasted_iota(jnp.int64, size, d) * st
+    return idx
+
+
+def _gather(flat, layout):
+    size, stride, offset = layout
+    numel = math.prod(size)
+    if numel == 0:
+        return jnp.zeros(size, flat.dtype)
+    order = _dense_permutation(layout)
+    if order is not None:
+        block = jax.lax.slice(flat, (offset,), (offset + numel,))
+        block = block.reshape([size[i] for i in order])
+        inverse = sorted(range(len(order)), key=lambda k: order[k])
+        return jnp.transpose(block, inverse).reshape(size)
+    return flat[_index_grid(layout)]
+
+
+def _scatter(flat, layout, value):
+    size, stride, offset = layout
+    numel = math.prod(size)
+    if numel == 0:
+        return flat
+    value = value.astype(flat.dtype).reshape(size)
+    order = _dense_permutation(layout)
+    if order is not None:
+        squeezed = value.reshape([size[i] for i in sorted(order)])
+        rank = {d: k for k, d in enumerate(sorted(order))}
+        block = jnp.transpose(squeezed, [rank[d] for d in order]).reshape(-1)
+        return jax.lax.dynamic_update_slice(flat, block, (offset,))
+    return flat.at[_index_grid(layout)].set(value)
+
+
+def _flatten(array, layout, numel):
+    """The storage as a 1-d array of ``numel`` elements of ``array.dtype``."""
+    if array is None:
+        raise AssertionError("uninitialized buffers are handled by the caller")
+    size, _, offset = layout
+    if is_contiguous_layout(layout) and offset == 0 and math.prod(size) == numel:
+        return array.reshape(-1)
+    return _scatter(jnp.zeros((numel,), array.dtype), layout, array)
+
+
+def _reinterpret(flat, dtype):
+    """Bit-reinterpret a 1-d array as another dtype, like ``Tensor.view(dtype)``."""
+    if flat.dtype == dtype:
+        return flat
+    if jnp.issubdtype(flat.dtype, jnp.complexfloating):
+        real = jnp.stack([flat.real, flat.imag], axis=-1).reshape(-1)
+        return _reinterpret(real, dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = jnp.dtype(dtype).itemsize // 2
+        real_dtype = jnp.float32 if part == 4 else jnp.float64
+        pairs = _reinterpret(flat, real_dtype).reshape(-1, 2)
+        return jax.lax.complex(pairs[:, 0], pairs[:, 1])
+    if flat.dtype == jnp.bool_:
+        return _reinterpret(flat.astype(jnp.uint8), dtype)
+    if dtype == jnp.bool_:
+        return _reinterpret(flat, jnp.uint8) != 0
+    src, dst = jnp.dtype(flat.dtype).itemsize, jnp.dtype(dtype).itemsize
+    if src == dst:
+        return jax.lax.bitcast_convert_type(flat, dtype)
+    if src > dst:
+        return jax.lax.bitcast_convert_type(flat, dtype).reshape(-1)
+    return jax.lax.bitcast_convert_type(flat.reshape(-1, dst // src), dtype)
+
+
+def view_of(array, src_layout, dst_layout, dtype, nbytes):
+    """The elements a tensor with ``dst_layout`` and ``dtype`` sees in the storage."""
+    if array is None:
+        return jnp.zeros(dst_layout[0], dtype)
+    if src_layout == dst_layout and array.dtype == dtype:
+        return array
+    flat = _flatten(array, src_layout, nbytes // array.dtype.itemsize)
+    return _gather(_reinterpret(flat, dtype), dst_layout)
+
+
+def written_layout(old_dtype, src_layout, dst_layout, value_dtype, nbytes):
+    """The storage layout after writing a value of ``value_dtype`` through ``dst_layout``."""
+    numel = nbytes // jnp.dtype(value_dtype).itemsize
+    covers_all = (
+        is_contiguous_layout(dst_layout)
+        and dst_layout[2] == 0
+        and math.prod(dst_layout[0]) == numel
+    )
+    if covers_all or (src_layout == dst_layout and old_dtype == value_dtype):
+        return dst_layout
+    return ((numel,), (1,), 0)
+
+
+def with_view_written(array, src_layout, dst_layout, value, nbytes):
+    """The storage's new array after writing ``value`` through ``dst_layout``."""
+    old_dtype = None if array is None else array.dtype
+    new_layout = written_layout(old_dtype, src_layout, dst_layout, value.dtype, nbytes)
+    if new_layout == dst_layout:
+        return value
+    numel = new_layout[0][0]
+    if array is None:
+        flat = jnp.zeros((numel,), value.dtype)
+    else:
+        flat = _reinterpret(_flatten(array, src_layout, nbytes // array.dtype.itemsize), value.dtype)
+    return _scatter(flat, dst_layout, value)
+
+
+# ---- eager reads and writes ------------------------------------------------
+
+
+def x64():
+    """JAX's 64-bit mode, scoped to torchtpu's own calls (never global)."""
+    return jax.enable_x64(True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reader(src_layout, dst_layout, dtype, nbytes):
+    return jax.jit(lambda a: view_of(a, src_layout, dst_layout, dtype, nbytes))
+
+
+def read(t: torch.Tensor) -> jax.Array:
+    """The tensor's value as a jax array of its own shape and dtype."""
+    buf = buffer_of(t)
+    layout = layout_of(t)
+    dtype = dtypes.to_jax(t.dtype)
+    if buf.array is not None and buf.layout == layout and buf.array.dtype == dtype:
+        return buf.array
+    with x64():
+        if buf.array is None:
+            return jnp.zeros(layout[0], dtype)
+        return _reader(buf.layout, layout, dtype, t.untyped_storage().nbytes())(buf.array)
+
+
+@functools.lru_cache(maxsize=4096)
+def _writer(src_layout, dst_layout, nbytes):
+    return jax.jit(lambda a, v: with_view_written(a, src_layout, dst_layout, v, nbytes))
+
+
+def write(t: torch.Tensor, value: jax.Array) -> None:
+    """Store ``value`` (already of t's shape and dtype) through t's view."""
+    buf = buffer_of(t)
+    layout = layout_of(t)
+    nbytes = t.untyped_storage().nbytes()
+    old_dtype = None if buf.array is None else buf.array.dtype
+    new_layout = written_layout(old_dtype, buf.layout, layout, value.dtype, nbytes)
+    if new_layout == layout:
+        buf.set(value, layout)
+        return
+    with x64():
+        if buf.array is None:
+            array = with_view_written(None, None, layout, value, nbytes)
+        else:
+            array = _writer(buf.layout, layout, nbytes)(buf.array, value)
+    buf.set(array, new_layout)
+
+
+def from_host(cpu: torch.Tensor) -> torch.Tensor:
+    """A new tpu tensor holding a copy of a host tensor (contiguous)."""
+    with x64():
+        array = jax.device_put(dtypes.torch_to_numpy(cpu.contiguous()))
+    return from_array(array, cpu.dtype)
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A new contiguous CPU tensor with the tpu tensor's value (blocks)."""
+    array = read(t)
+    host = np.asarray(jax.device_get(array))
+    return dtypes.numpy_to_torch(host, t.dtype).reshape(t.shape)
