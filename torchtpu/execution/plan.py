@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from ..ops.registry import LOWERINGS, Lowering
+from ..ops.registry import LOWERINGS, Lowering, is_functional
 
 aten = torch.ops.aten
 # Factory arguments a functional op may take that its out= variant lacks.
@@ -34,10 +34,6 @@ def _mutated_args(op) -> tuple:
         for i, a in enumerate(op._schema.arguments)
         if a.alias_info is not None and a.alias_info.is_write
     )
-
-
-def is_functional(op) -> bool:
-    return not _mutated_args(op) and not op._schema.name.endswith("_")
 
 
 def _signature(op, drop=()):
@@ -73,7 +69,10 @@ def plan_for(op) -> Plan | None:
     """The plan for ``op``, or None when no lowering covers it."""
     returns_list = any(str(r.type) == "List[Tensor]" for r in op._schema.returns)
     if op in LOWERINGS:
-        return Plan(op, op, LOWERINGS[op], "functional", (), _names(op), returns_list)
+        lowering = LOWERINGS[op]
+        names = _names(op)
+        writes = tuple((names.index(n), n) for n in lowering.writes)
+        return Plan(op, op, lowering, "functional", writes, names, returns_list)
     functional = functional_of(op)
     if functional is None or functional not in LOWERINGS:
         return None

@@ -14,7 +14,7 @@ asynchronous, so nothing blocks until a host sync.
 from __future__ import annotations
 
 import math
-import os
+from typing import NamedTuple
 
 import jax
 import torch
@@ -51,6 +51,30 @@ class _Inputs:
         self.slots = {}  # storage id -> slot
 
 
+class TensorRef(NamedTuple):
+    """A tensor argument in a program key: its storage slot, view layout and dtype."""
+
+    slot: int
+    size: tuple
+    stride: tuple
+    offset: int
+    dtype: torch.dtype
+
+    @property
+    def layout(self):
+        return (self.size, self.stride, self.offset)
+
+
+class NumberRef(NamedTuple):
+    """A Python number passed to the program as a runtime value."""
+
+    kind: type
+
+
+class GeneratorRef(NamedTuple):
+    """A torch.Generator argument; the program draws from the tpu stream instead."""
+
+
 def _device_error(op, t):
     return RuntimeError(
         "Expected all tensors to be on the same device, but found at least two devices, "
@@ -72,19 +96,15 @@ def _describe(op, value, inputs, static_numbers):
             slot = inputs.slots[storage._cdata] = len(inputs.storages)
             inputs.storages.append((storage._tpu_buffer, storage.nbytes()))
         inputs.tensors.append(value)
-        return ("T", slot, tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
+        return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype)
     if isinstance(value, (list, tuple)):
         return tuple(_describe(op, v, inputs, static_numbers) for v in value)
     if isinstance(value, _DYNAMIC_NUMBERS) and not static_numbers:
         inputs.numbers.append(value)
-        return ("N", type(value))
+        return NumberRef(type(value))
     if isinstance(value, torch.Generator):
-        return ("G",)
+        return GeneratorRef()
     return value
-
-
-def _is_tensor_desc(d):
-    return type(d) is tuple and len(d) == 6 and d[0] == "T"
 
 
 def execute(op, args, kwargs):
@@ -180,82 +200,84 @@ def _run_meta(plan, args, kwargs):
     return _flat_tensors(result) if not isinstance(result, _Tensor) else [result]
 
 
-def _functional_call(plan, args, kwargs):
-    """The arguments of the functional op: out= arguments dropped."""
-    if plan.kind != "out":
-        return args, kwargs
-    out_names = {name for _, name in plan.mutated}
-    return args, {k: v for k, v in kwargs.items() if k not in out_names}
-
-
 def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
     metas = _run_meta(plan, args, kwargs)
     out_metas = [(tuple(m.shape), m.stride(), m.dtype) for m in metas]
     lowering = plan.lowering
-    f_args_key, f_kw_key = arg_key, kw_key
+    call_kw_key = kw_key
     if plan.kind == "out":
         out_names = {name for _, name in plan.mutated}
-        f_kw_key = tuple((k, v) for k, v in kw_key if k not in out_names)
-    targets = []
-    if plan.kind != "functional":
-        mutated_descs = [
-            arg_key[pos] if pos < len(arg_key) else dict(kw_key)[name] for pos, name in plan.mutated
-        ]
-        targets = [d for desc in mutated_descs for d in _flat_descs(desc)]
-    # Each write, in order: (slot, storage layout before, view layout, storage nbytes).
-    write_steps, written_layouts = [], {}
-    for d in targets:
-        slot, view_layout, dtype = d[1], (d[2], d[3], d[4]), dtypes.to_jax(d[5])
-        layout, old_dtype, nbytes = storage_key[slot]
-        if slot in written_layouts:
-            layout, old_dtype = written_layouts[slot], dtype
-        write_steps.append((slot, layout, view_layout, nbytes))
-        written_layouts[slot] = tensor.written_layout(old_dtype, layout, view_layout, dtype, nbytes)
+        call_kw_key = tuple((k, v) for k, v in kw_key if k not in out_names)
+    kw_dict = dict(kw_key)
+    mutated = [arg_key[pos] if pos < len(arg_key) else kw_dict.get(name) for pos, name in plan.mutated]
+    targets = [ref for desc in mutated for ref in _tensor_refs(desc)]
+    write_steps, written_layouts = _plan_writes(targets, storage_key)
+    fresh_outputs = plan.kind == "functional"
 
     def program(arrays, numbers):
         numbers = list(numbers)
-        key = None
         if lowering.random:
             offset, seed = numbers.pop(), numbers.pop()
             key = jax.random.fold_in(jax.random.key(seed.astype("uint32")), offset)
         number_iter = iter(numbers)
 
         def build(desc):
-            if _is_tensor_desc(desc):
-                _, slot, size, stride, offset, dtype = desc
-                layout, _, nbytes = storage_key[slot]
-                return tensor.view_of(arrays[slot], layout, (size, stride, offset), dtypes.to_jax(dtype), nbytes)
-            if type(desc) is tuple and len(desc) == 2 and desc[0] == "N":
+            if type(desc) is TensorRef:
+                layout, _, nbytes = storage_key[desc.slot]
+                return tensor.view_of(arrays[desc.slot], layout, desc.layout, dtypes.to_jax(desc.dtype), nbytes)
+            if type(desc) is NumberRef:
                 return next(number_iter)
-            if type(desc) is tuple and desc == ("G",):
+            if type(desc) is GeneratorRef:
                 return None
             if type(desc) is tuple:
                 return tuple(build(d) for d in desc)
             return desc
 
-        call_args = [build(d) for d in f_args_key]
-        call_kwargs = {k: build(v) for k, v in f_kw_key}
+        call_args = [build(d) for d in arg_key]
+        call_kwargs = {k: build(v) for k, v in call_kw_key}
         if lowering.random:
             call_kwargs["key"] = key
         result = lowering.fn(*call_args, **call_kwargs)
+        if lowering.writes:
+            result, updates = result
         values = _flat_results(result)
         if len(values) != len(out_metas):
-            raise AssertionError(f"lowering of {plan.functional} returned {len(values)} values, expected {len(out_metas)}")
+            raise AssertionError(
+                f"lowering of {plan.functional} returned {len(values)} values, expected {len(out_metas)}")
         values = [_conform(v, m, plan) for v, m in zip(values, out_metas)]
-        if plan.kind == "functional":
-            return values, {}
+        if lowering.writes:
+            updates = [u for u, desc in zip(updates, mutated) if desc is not None]
+            written = [_conform(u, (t.size, t.stride, t.dtype), plan) for u, t in zip(updates, targets)]
+        else:
+            written = [] if fresh_outputs else values
         current = list(arrays)
-        for (slot, layout, view_layout, nbytes), value in zip(write_steps, values):
+        for (slot, layout, view_layout, nbytes), value in zip(write_steps, written):
             current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes)
-        return [], {slot: current[slot] for slot in written_layouts}
+        return (values if fresh_outputs else []), {slot: current[slot] for slot in written_layouts}
 
     return Program(jax.jit(program), out_metas, written_layouts, None)
 
 
-def _flat_descs(desc):
-    if _is_tensor_desc(desc):
+def _plan_writes(targets, storage_key):
+    """Each write in order, as (slot, storage layout before, view layout, nbytes),
+    and every written storage's layout afterwards."""
+    steps, layouts = [], {}
+    for ref in targets:
+        dtype = dtypes.to_jax(ref.dtype)
+        layout, old_dtype, nbytes = storage_key[ref.slot]
+        if ref.slot in layouts:
+            layout, old_dtype = layouts[ref.slot], dtype
+        steps.append((ref.slot, layout, ref.layout, nbytes))
+        layouts[ref.slot] = tensor.written_layout(old_dtype, layout, ref.layout, dtype, nbytes)
+    return steps, layouts
+
+
+def _tensor_refs(desc):
+    if type(desc) is TensorRef:
         return [desc]
-    return [d for sub in desc for d in _flat_descs(sub)]
+    if type(desc) is tuple:
+        return [ref for sub in desc for ref in _tensor_refs(sub)]
+    return []
 
 
 def _flat_results(result):

@@ -1,4 +1,13 @@
 """The lowering table, one module per op family. Importing this package fills it."""
 
-from . import registry  # noqa: F401
-from . import pointwise  # noqa: F401
+from . import (  # noqa: F401
+    conv,
+    indexing,
+    linalg,
+    nn,
+    pointwise,
+    random,
+    reduction,
+    registry,
+    shape,
+)

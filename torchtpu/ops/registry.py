@@ -32,25 +32,36 @@ class Lowering:
     data_dependent: bool = False
     # The lowering takes a ``key=`` PRNG key argument.
     random: bool = False
+    # Arguments the op updates in place besides its results (batch norm's
+    # running statistics).  The lowering then returns (results, new values),
+    # one new value per name, None where the argument was None.
+    writes: tuple = ()
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 
 
-def lower(*ops, static_numbers=False, data_dependent=False, random=False):
+def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=()):
     """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
 
     def register(fn):
         for op in ops:
             overloads = (
-                [getattr(op, name) for name in op.overloads()]
+                [getattr(op, name) for name in op.overloads() if is_functional(getattr(op, name))]
                 if isinstance(op, torch._ops.OpOverloadPacket)
                 else [op]
             )
             for overload in overloads:
                 if overload in LOWERINGS:
                     raise ValueError(f"{overload} already has a lowering")
-                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random)
+                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random, tuple(writes))
         return fn
 
     return register
+
+
+def is_functional(op) -> bool:
+    schema = op._schema
+    return not schema.name.endswith("_") and not any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )

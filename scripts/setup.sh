@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Create .venv with the pinned torch (CPU build), jax and torchtpu itself. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+if ! .venv/bin/python -c "import torchtpu, pytest, xdist, hypothesis" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check -e ".[test]"
+fi
