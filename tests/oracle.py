@@ -9,7 +9,7 @@ import torchtpu  # noqa: F401
 
 def to_device(value, device):
     if isinstance(value, torch.Tensor):
-        moved = value.detach().to(device)
+        moved = value.detach().to(device, copy=True)
         return moved.requires_grad_(value.requires_grad) if value.is_floating_point() or value.is_complex() else moved
     if isinstance(value, (list, tuple)):
         return type(value)(to_device(v, device) for v in value)
@@ -38,7 +38,8 @@ def assert_same(actual, expected, *, atol=None, rtol=None, check_stride=False):
 
 def check(fn, *args, atol=None, rtol=None, check_stride=False, **kwargs):
     """Run ``fn`` on cpu inputs and on tpu copies of them; assert the results match."""
-    expected = fn(*args, **kwargs)
-    actual = fn(*to_device(args, "tpu"), **to_device(kwargs, "tpu"))
+    tpu_args, tpu_kwargs = to_device(args, "tpu"), to_device(kwargs, "tpu")
+    expected = fn(*to_device(args, "cpu"), **to_device(kwargs, "cpu"))
+    actual = fn(*tpu_args, **tpu_kwargs)
     assert_same(actual, expected, atol=atol, rtol=rtol, check_stride=check_stride)
     return actual, expected

@@ -45,6 +45,8 @@ def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A host tensor owning a copy of ``a`` (device_get arrays are read-only)."""
+    a = np.array(a, copy=True, order="C")
     if dtype == torch.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
