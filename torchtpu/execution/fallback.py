@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import torch
@@ -34,6 +35,8 @@ def _to_host(value):
         return tensor.to_host(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_to_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
     if isinstance(value, torch.device) and value.type == "tpu":
         return torch.device("cpu")
     return value
@@ -70,11 +73,37 @@ def run_on_host(op, args, kwargs):
     return _to_device(result)
 
 
-def fallback(op, args, kwargs):
+def _decomposition(op):
+    """PyTorch's decomposition of ``op`` into other ATen ops, if it has a usable one.
+
+    References from torch._refs lower to prims, whose eager implementation calls
+    the same ATen op again, so they are no help here.
+    """
     decomposition = torch._decomp.decomposition_table.get(op)
+    if decomposition is None or op in _decomposing.active:
+        return None
+    if getattr(decomposition, "__module__", "").startswith("torch._refs"):
+        return None
+    return decomposition
+
+
+class _Decomposing(threading.local):
+    def __init__(self):
+        self.active = set()
+
+
+_decomposing = _Decomposing()
+
+
+def fallback(op, args, kwargs):
+    decomposition = _decomposition(op)
     if decomposition is not None:
         DECOMPOSED.add(op)
-        return decomposition(*args, **kwargs)
+        _decomposing.active.add(op)
+        try:
+            return decomposition(*args, **kwargs)
+        finally:
+            _decomposing.active.discard(op)
     if cpu_fallback_enabled():
         return run_on_host(op, args, kwargs)
     raise missing_lowering_error(op)

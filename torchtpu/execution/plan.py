@@ -25,7 +25,7 @@ class Plan:
     kind: str  # "functional", "inplace" or "out"
     mutated: tuple  # (position, name) of each argument written to, in result order
     arg_names: tuple  # names of the functional op's arguments
-    returns_list: bool  # the schema returns Tensor[]
+    returns: str  # the shape of the op's return value: "tensor", "list" or "tuple"
 
 
 def _mutated_args(op) -> tuple:
@@ -67,12 +67,12 @@ def functional_of(op):
 @functools.lru_cache(maxsize=None)
 def plan_for(op) -> Plan | None:
     """The plan for ``op``, or None when no lowering covers it."""
-    returns_list = any(str(r.type) == "List[Tensor]" for r in op._schema.returns)
+    returns = _return_shape(op)
     if op in LOWERINGS:
         lowering = LOWERINGS[op]
         names = _names(op)
         writes = tuple((names.index(n), n) for n in lowering.writes)
-        return Plan(op, op, lowering, "functional", writes, names, returns_list)
+        return Plan(op, op, lowering, "functional", writes, names, returns)
     functional = functional_of(op)
     if functional is None or functional not in LOWERINGS:
         return None
@@ -80,7 +80,14 @@ def plan_for(op) -> Plan | None:
     mutated = _mutated_args(op)
     if kind == "inplace":
         mutated = mutated[:1]
-    return Plan(op, functional, LOWERINGS[functional], kind, mutated, _names(functional), returns_list)
+    return Plan(op, functional, LOWERINGS[functional], kind, mutated, _names(functional), returns)
+
+
+def _return_shape(op) -> str:
+    schema_returns = op._schema.returns
+    if len(schema_returns) == 1:
+        return "list" if str(schema_returns[0].type) == "List[Tensor]" else "tensor"
+    return "tuple"
 
 
 def _names(op) -> tuple:

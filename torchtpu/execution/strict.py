@@ -82,19 +82,26 @@ def _device_error(op, t):
     )
 
 
+def _scalar_to_device(op, value):
+    """A 0-dim CPU tensor may join a tpu op, as with CUDA; any other device is an error."""
+    if value.device.type == "cpu" and value.dim() == 0:
+        return tensor.from_host(value)
+    raise _device_error(op, value)
+
+
 def _describe(op, value, inputs, static_numbers):
     """A hashable description of one argument; records its dynamic parts."""
     if isinstance(value, _Tensor):
-        if value.device.type != "tpu":
-            if value.device.type == "cpu" and value.dim() == 0:
-                value = tensor.from_host(value)
-            else:
-                raise _device_error(op, value)
         storage = value.untyped_storage()
+        buffer = getattr(storage, "_tpu_buffer", None)
+        if buffer is None:
+            value = _scalar_to_device(op, value)
+            storage = value.untyped_storage()
+            buffer = storage._tpu_buffer
         slot = inputs.slots.get(storage._cdata)
         if slot is None:
             slot = inputs.slots[storage._cdata] = len(inputs.storages)
-            inputs.storages.append((storage._tpu_buffer, storage.nbytes()))
+            inputs.storages.append((buffer, storage.nbytes()))
         inputs.tensors.append(value)
         return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype)
     if isinstance(value, (list, tuple)):
@@ -132,12 +139,12 @@ def run(plan: Plan, args, kwargs):
             return run(plan, args, kwargs)
         program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key)
         stats.compiles[str(plan.op)] += 1
-    arrays = [buf.array for buf, _ in inputs.storages]
-    numbers = inputs.numbers
+    dynamic = [buf.array for buf, _ in inputs.storages]
+    dynamic += inputs.numbers
     if lowering.random:
-        numbers = numbers + list(rng.next_seed_and_offset())
+        dynamic += rng.next_seed_and_offset()
     with tensor.x64():
-        outs, written = program.fn(arrays, numbers)
+        outs, written = program.fn(*dynamic)
     for slot, array in written.items():
         inputs.storages[slot][0].set(array, program.written_layouts[slot])
     return _wrap(plan, program, outs, args, kwargs)
@@ -214,8 +221,10 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
     write_steps, written_layouts = _plan_writes(targets, storage_key)
     fresh_outputs = plan.kind == "functional"
 
-    def program(arrays, numbers):
-        numbers = list(numbers)
+    n_storages = len(storage_key)
+
+    def program(*dynamic):
+        arrays, numbers = dynamic[:n_storages], list(dynamic[n_storages:])
         if lowering.random:
             offset, seed = numbers.pop(), numbers.pop()
             key = jax.random.fold_in(jax.random.key(seed.astype("uint32")), offset)
@@ -309,9 +318,9 @@ def _wrap(plan, program, outs, args, kwargs):
     tensors = [
         _new_tensor(array, meta) for array, meta in zip(outs, program.out_metas)
     ]
-    if plan.returns_list:
-        return tensors
-    return tensors[0] if len(tensors) == 1 and len(plan.functional._schema.returns) == 1 else tuple(tensors)
+    if plan.returns == "tensor":
+        return tensors[0]
+    return tensors if plan.returns == "list" else tuple(tensors)
 
 
 def _new_tensor(array, meta):
@@ -326,10 +335,7 @@ def _run_data_dependent(plan, args, kwargs):
     def unwrap(v):
         if isinstance(v, _Tensor):
             if v.device.type != "tpu":
-                if v.device.type == "cpu" and v.dim() == 0:
-                    v = tensor.from_host(v)
-                else:
-                    raise _device_error(plan.op, v)
+                v = _scalar_to_device(plan.op, v)
             return tensor.read(v)
         if isinstance(v, (list, tuple)):
             return type(v)(unwrap(x) for x in v)
