@@ -114,7 +114,8 @@ class CNN(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv1d = nn.Conv1d(3, 4, 3, padding=1)
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        # No bias before batch norm: its gradient is zero up to rounding noise.
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(8)
         self.conv2 = nn.Conv2d(8, 8, 3, stride=1, padding=1, groups=2)
         self.gn = nn.GroupNorm(2, 8)
@@ -171,7 +172,8 @@ class Block(nn.Module):
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.norm1, self.norm2 = norm(dim), norm(dim)
         self.q = nn.Linear(dim, dim)
-        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim)
+        # No bias: softmax ignores a constant key shift, so its gradient is pure noise.
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
         self.proj = nn.Linear(dim, dim)
         self.up = nn.Linear(dim, 4 * dim)
         self.down = nn.Linear(4 * dim, dim)

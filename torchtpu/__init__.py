@@ -6,13 +6,17 @@ works like ``tensor.to("cuda")``.
 
 import torch
 
-from . import device as _device_module
-from .backend import register_device, register_kernels
+# The name must exist before any module of ours builds a torch.device("tpu").
+torch.utils.rename_privateuse1_backend("tpu")
+
+from . import device as _device_module  # noqa: E402
+from .backend import register_device, register_kernels  # noqa: E402
 
 __version__ = "0.1.0"
 
 register_device(_device_module)
 register_kernels()
+from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
 
 
 def _autoload():

@@ -47,9 +47,15 @@ def _lowered_overloads():
                 continue
             for overload_name in packet.overloads():
                 op = getattr(packet, overload_name)
-                if op not in seen and plan.plan_for(op) is not None:
+                if op not in seen and plan.plan_for(op) is not None and not _decomposes_above_us(op):
                     seen.add(op)
                     yield op
+
+
+def _decomposes_above_us(op) -> bool:
+    """CompositeImplicitAutograd ops decompose before reaching a backend, and their
+    autograd comes from that decomposition: a kernel of ours would bypass it."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 
 
 def _execute_kernel(op):

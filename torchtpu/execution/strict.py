@@ -14,6 +14,7 @@ asynchronous, so nothing blocks until a host sync.
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 import jax
@@ -133,16 +134,15 @@ def run(plan: Plan, args, kwargs):
     )
     key = (plan.op, arg_key, kw_key, storage_key)
     program = _PROGRAMS.get(key)
-    if program is None:
-        resized = _resize_outs(plan, args, kwargs)
-        if resized:
-            return run(plan, args, kwargs)
-        program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key)
-        stats.compiles[str(plan.op)] += 1
+    if program is None and _resize_outs(plan, args, kwargs):
+        return run(plan, args, kwargs)
     dynamic = [buf.array for buf, _ in inputs.storages]
     dynamic += inputs.numbers
     if lowering.random:
         dynamic += rng.next_seed_and_offset()
+    if program is None:
+        program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key, dynamic)
+        stats.compiles[str(plan.op)] += 1
     with tensor.x64():
         outs, written = program.fn(*dynamic)
     for slot, array in written.items():
@@ -159,7 +159,8 @@ def _mutated_values(plan, args, kwargs):
 
 
 def _flat_tensors(value):
-    if isinstance(value, _Tensor):
+    """Tensors in a (nested) result, keeping None for undefined outputs."""
+    if value is None or isinstance(value, _Tensor):
         return [value]
     return [t for v in value for t in _flat_tensors(v)]
 
@@ -207,9 +208,15 @@ def _run_meta(plan, args, kwargs):
     return _flat_tensors(result) if not isinstance(result, _Tensor) else [result]
 
 
-def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
-    metas = _run_meta(plan, args, kwargs)
-    out_metas = [(tuple(m.shape), m.stride(), m.dtype) for m in metas]
+def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) -> Program:
+    try:
+        metas = _run_meta(plan, args, kwargs)
+    except NotImplementedError:
+        if plan.kind != "functional" or "Meta" not in str(sys.exc_info()[1]):
+            raise
+        metas = None  # no meta kernel: take shapes and dtypes from the lowering itself
+    out_metas = [] if metas is None else [
+        None if m is None else (tuple(m.shape), m.stride(), m.dtype) for m in metas]
     lowering = plan.lowering
     call_kw_key = kw_key
     if plan.kind == "out":
@@ -250,6 +257,8 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
         if lowering.writes:
             result, updates = result
         values = _flat_results(result)
+        if metas is None and not out_metas:
+            return values, {}
         if len(values) != len(out_metas):
             raise AssertionError(
                 f"lowering of {plan.functional} returned {len(values)} values, expected {len(out_metas)}")
@@ -264,6 +273,13 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key) -> Program:
             current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes)
         return (values if fresh_outputs else []), {slot: current[slot] for slot in written_layouts}
 
+    if metas is None:
+        with tensor.x64():
+            shapes = jax.eval_shape(program, *dynamic)[0]
+        out_metas.extend(
+            None if s is None else (s.shape, tensor.contiguous_strides(s.shape), dtypes.to_torch(s.dtype))
+            for s in shapes
+        )
     return Program(jax.jit(program), out_metas, written_layouts, None)
 
 
@@ -297,6 +313,8 @@ def _flat_results(result):
 
 def _conform(value, meta, plan):
     """Cast a lowering's result to the dtype and shape PyTorch's meta kernel gave."""
+    if meta is None:
+        return None
     size, _, dtype = meta
     value = jax.numpy.asarray(value)
     jdtype = dtypes.to_jax(dtype)
@@ -324,6 +342,8 @@ def _wrap(plan, program, outs, args, kwargs):
 
 
 def _new_tensor(array, meta):
+    if meta is None:
+        return None
     size, stride, dtype = meta
     t = tensor.empty(size, dtype, stride)
     tensor.attach(t, array, (size, stride, 0))
