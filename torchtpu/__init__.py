@@ -4,7 +4,17 @@
 works like ``tensor.to("cuda")``.
 """
 
-import torch
+
+
+def _autoload():
+    """Entry point for ``torch.backends``: PyTorch imports us at ``import torch``.
+
+    Defined before ``import torch`` because, when the user imports torchtpu
+    first, that import runs the autoload while this module is half made.
+    """
+
+
+import torch  # noqa: E402
 
 # The name must exist before any module of ours builds a torch.device("tpu").
 torch.utils.rename_privateuse1_backend("tpu")
@@ -17,7 +27,3 @@ __version__ = "0.1.0"
 register_device(_device_module)
 register_kernels()
 from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
-
-
-def _autoload():
-    """Entry point for ``torch.backends``: PyTorch imports us at ``import torch``."""
