@@ -20,10 +20,12 @@ import torch  # noqa: E402
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import device as _device_module  # noqa: E402
+from . import modules as _modules  # noqa: E402
 from .backend import register_device, register_kernels  # noqa: E402
 
 __version__ = "0.1.0"
 
 register_device(_device_module)
 register_kernels()
+_modules.install()
 from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
