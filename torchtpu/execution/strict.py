@@ -83,9 +83,14 @@ def _device_error(op, t):
     )
 
 
-def _scalar_to_device(op, value):
-    """A 0-dim CPU tensor may join a tpu op, as with CUDA; any other device is an error."""
-    if value.device.type == "cpu" and value.dim() == 0:
+# Ops that, as on CUDA, accept CPU index tensors for a device tensor.
+_HOST_INDEX_OPS = {"aten::index", "aten::_unsafe_index", "aten::index_put", "aten::index_put_",
+                   "aten::_index_put_impl", "aten::_index_put_impl_"}
+
+
+def _host_tensor_to_device(op, value):
+    """A 0-dim CPU tensor may join a tpu op, as may CPU indices; any other device is an error."""
+    if value.device.type == "cpu" and (value.dim() == 0 or op._schema.name in _HOST_INDEX_OPS):
         return tensor.from_host(value)
     raise _device_error(op, value)
 
@@ -96,7 +101,7 @@ def _describe(op, value, inputs, static_numbers):
         storage = value.untyped_storage()
         buffer = getattr(storage, "_tpu_buffer", None)
         if buffer is None:
-            value = _scalar_to_device(op, value)
+            value = _host_tensor_to_device(op, value)
             storage = value.untyped_storage()
             buffer = storage._tpu_buffer
         slot = inputs.slots.get(storage._cdata)
@@ -352,18 +357,28 @@ def _new_tensor(array, meta):
 
 def _run_data_dependent(plan, args, kwargs):
     """Ops whose output shape depends on values: run eagerly on concrete arrays."""
+
     def unwrap(v):
         if isinstance(v, _Tensor):
             if v.device.type != "tpu":
-                v = _scalar_to_device(plan.op, v)
+                v = _host_tensor_to_device(plan.op, v)
             return tensor.read(v)
         if isinstance(v, (list, tuple)):
             return type(v)(unwrap(x) for x in v)
         return v
 
+    out_names = {name for _, name in plan.mutated} if plan.kind == "out" else set()
+    call_kwargs = {k: unwrap(v) for k, v in kwargs.items() if k not in out_names}
     with tensor.x64():
-        result = plan.lowering.fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
-    return _wrap_eager(result)
+        result = plan.lowering.fn(*[unwrap(a) for a in args], **call_kwargs)
+    if plan.kind == "functional":
+        return _wrap_eager(result)
+    targets = [t for v in _mutated_values(plan, args, kwargs) for t in _flat_tensors(v)]
+    for target, value in zip(targets, _flat_results(result)):
+        if target.shape != value.shape:
+            target.resize_(value.shape)
+        tensor.write(target, value.astype(dtypes.to_jax(target.dtype)))
+    return _wrap(plan, None, [], args, kwargs)
 
 
 def _wrap_eager(result):

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     conv,
+    factory,
     indexing,
     linalg,
     nn,
@@ -9,5 +10,6 @@ from . import (  # noqa: F401
     random,
     reduction,
     registry,
+    rnn,
     shape,
 )
