@@ -87,7 +87,13 @@ def copy_(self, src, non_blocking=False):
         src_tpu = tensor.from_host(src.to(self.dtype))
         return strict.execute(aten.copy_.default, (self, src_tpu), {})
     stats.host_syncs["copy to cpu"] += 1
-    self.copy_(tensor.to_host(src))
+    host = tensor.to_host(src)
+    # The storage holds un-conjugated values; CPU's copy_ resolves the bits.
+    if src.is_conj():
+        host = host.conj()
+    if src.is_neg():
+        host = host._neg_view()
+    self.copy_(host)
     return self
 
 

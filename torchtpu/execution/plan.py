@@ -57,9 +57,11 @@ def functional_of(op):
         return None
     packet = getattr(aten, packet_name)
     wanted = _signature(op)
+    # Factory arguments the out= variant lacks (its out tensor fixes them).
+    implied = _FACTORY_ARGS - {name for name, _ in wanted}
     for name in packet.overloads():
         candidate = getattr(packet, name)
-        if is_functional(candidate) and _signature(candidate, _FACTORY_ARGS) == wanted:
+        if is_functional(candidate) and _signature(candidate, implied) == wanted:
             return candidate
     return None
 

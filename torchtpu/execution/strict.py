@@ -60,6 +60,8 @@ class TensorRef(NamedTuple):
     stride: tuple
     offset: int
     dtype: torch.dtype
+    # PyTorch's lazy conjugate and negative bits (complex views): (is_conj, is_neg).
+    lazy: tuple = (False, False)
 
     @property
     def layout(self):
@@ -109,7 +111,8 @@ def _describe(op, value, inputs, static_numbers):
             slot = inputs.slots[storage._cdata] = len(inputs.storages)
             inputs.storages.append((buffer, storage.nbytes()))
         inputs.tensors.append(value)
-        return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype)
+        lazy = (value.is_conj(), value.is_neg()) if value.dtype.is_complex else (False, False)
+        return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype, lazy)
     if isinstance(value, (list, tuple)):
         return tuple(_describe(op, v, inputs, static_numbers) for v in value)
     if isinstance(value, _DYNAMIC_NUMBERS) and not static_numbers:
@@ -245,7 +248,8 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
         def build(desc):
             if type(desc) is TensorRef:
                 layout, _, nbytes = storage_key[desc.slot]
-                return tensor.view_of(arrays[desc.slot], layout, desc.layout, dtypes.to_jax(desc.dtype), nbytes)
+                value = tensor.view_of(arrays[desc.slot], layout, desc.layout, dtypes.to_jax(desc.dtype), nbytes)
+                return _apply_lazy(value, desc.lazy)
             if type(desc) is NumberRef:
                 return next(number_iter)
             if type(desc) is GeneratorRef:
@@ -274,7 +278,8 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
         else:
             written = [] if fresh_outputs else values
         current = list(arrays)
-        for (slot, layout, view_layout, nbytes), value in zip(write_steps, written):
+        for (slot, layout, view_layout, nbytes), value, ref in zip(write_steps, written, targets):
+            value = _apply_lazy(value, ref.lazy)  # the storage holds the un-conjugated values
             current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes)
         return (values if fresh_outputs else []), {slot: current[slot] for slot in written_layouts}
 
@@ -286,6 +291,14 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
             for s in shapes
         )
     return Program(jax.jit(program), out_metas, written_layouts, None)
+
+
+def _apply_lazy(value, lazy):
+    """What a view with PyTorch's conjugate/negative bits reads (the inverse is itself)."""
+    is_conj, is_neg = lazy
+    if is_conj:
+        value = jax.numpy.conj(value)
+    return -value if is_neg else value
 
 
 def _plan_writes(targets, storage_key):
