@@ -21,7 +21,7 @@ import jax
 import torch
 
 from .. import dtypes, tensor
-from ..runtime import rng, stats
+from ..runtime import precision, rng, stats
 from .plan import Plan, plan_for
 
 _Tensor = torch.Tensor
@@ -140,7 +140,7 @@ def run(plan: Plan, args, kwargs):
         (buf.layout, None if buf.array is None else buf.array.dtype, nbytes)
         for buf, nbytes in inputs.storages
     )
-    key = (plan.op, arg_key, kw_key, storage_key)
+    key = (plan.op, arg_key, kw_key, storage_key, precision.current)
     program = _PROGRAMS.get(key)
     if program is None and _resize_outs(plan, args, kwargs):
         return run(plan, args, kwargs)

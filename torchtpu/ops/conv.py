@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..runtime import precision
 from .registry import aten, lower
 
 # ---- convolution --------------------------------------------------------------
@@ -60,12 +61,12 @@ def _conv(x, weight, bias, stride, padding, dilation, transposed, output_padding
         out = lax.conv_general_dilated(
             x, rhs.astype(x.dtype), window_strides=(1,) * n, padding=pads, lhs_dilation=stride,
             rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            preferred_element_type=_accumulation_dtype(x.dtype))
+            precision=precision.matmul(), preferred_element_type=_accumulation_dtype(x.dtype))
     else:
         out = lax.conv_general_dilated(
             x, weight.astype(x.dtype), window_strides=stride, padding=[(p, p) for p in padding],
             rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            preferred_element_type=_accumulation_dtype(x.dtype))
+            precision=precision.matmul(), preferred_element_type=_accumulation_dtype(x.dtype))
     if bias is not None:
         out = out + bias.astype(out.dtype).reshape((1, -1) + (1,) * n)
     return out.astype(x.dtype)
@@ -311,7 +312,7 @@ def _adaptive_avg(x, output_size):
         weights = ((cols >= starts[:, None]) & (cols < ends[:, None])) / (ends - starts)[:, None]
         axis = x.ndim - n + i
         out = jnp.moveaxis(jnp.tensordot(out, jnp.asarray(weights, compute), axes=[[axis], [1]],
-                                         precision=lax.Precision.HIGHEST), -1, axis)
+                                         precision=precision.matmul()), -1, axis)
     return out.astype(x.dtype)
 
 

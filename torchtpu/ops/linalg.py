@@ -1,7 +1,7 @@
 """Lowerings: matrix products and dense linear algebra.
 
-Products run at full precision: float32 uses Precision.HIGHEST (no bf16
-passes), half types accumulate in float32 and round once, integers stay
+Products run at the precision ``torch.tpu.precision`` selects (HIGHEST, full
+float32, by default: no bf16 passes), half types accumulate in float32 and round once, integers stay
 exact in their own dtype.  Factorizations return what CPU's LAPACK returns:
 LU in packed form with 1-based int32 pivots, and an ``info`` that is 0 on
 success or the 1-based position where the factorization broke down.
@@ -13,22 +13,21 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..runtime import precision
 from .common import is_complex, is_integer
 from .reduction import _accumulator
 from .registry import aten, lower
-
-_HIGHEST = lax.Precision.HIGHEST
 
 
 # ---- products ---------------------------------------------------------------------------
 
 
 def _product(subscripts, *operands):
-    """An einsum at full precision, in the dtype CPU accumulates in."""
+    """An einsum at the selected precision, in the dtype CPU accumulates in."""
     dtype = jnp.result_type(*operands)
     accumulate = dtype if is_integer(jnp.zeros((), dtype)) else _accumulator(dtype)
     operands = [o.astype(accumulate) for o in operands]
-    return jnp.einsum(subscripts, *operands, precision=_HIGHEST, preferred_element_type=accumulate)
+    return jnp.einsum(subscripts, *operands, precision=precision.matmul(), preferred_element_type=accumulate)
 
 
 def _is_constant(value, number):
