@@ -46,3 +46,12 @@ def test_gradients_flow_through_tied_parameter():
     model.head(model.embed(idx)).sum().backward()
     assert model.embed.weight.grad is not None
     assert model.embed.weight.grad.device.type == "tpu"
+
+
+def test_parameters_held_by_a_graph_still_move(recwarn):
+    model = nn.Conv2d(2, 2, 3)
+    out = model(torch.randn(1, 2, 4, 4))  # the graph holds the weight, so it cannot be swapped
+    model.to("tpu")
+    assert model.weight.device.type == "tpu"
+    assert any("could not keep Parameter identity" in str(w.message) for w in recwarn)
+    del out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 import torch
 
@@ -41,7 +42,21 @@ def _involves_tpu(module, args, kwargs) -> bool:
 def _module_to(self, *args, **kwargs):
     if not _involves_tpu(self, args, kwargs):
         return _original_to(self, *args, **kwargs)
-    with _swap_parameters_on_conversion():
+    try:
+        with _swap_parameters_on_conversion():
+            return _original_to(self, *args, **kwargs)
+    except RuntimeError as swap_error:
+        # swap_tensors refuses a parameter that something else still holds,
+        # such as a live autograd graph.  Fall back to PyTorch's other path,
+        # which makes new Parameters (and so unties shared weights).
+        if "Couldn't swap" not in str(swap_error):
+            raise
+        warnings.warn(
+            "torchtpu: Module.to could not keep Parameter identity (a parameter is still "
+            "referenced, e.g. by an autograd graph); new Parameters were made and tied "
+            "weights, if any, are no longer tied.",
+            stacklevel=2,
+        )
         return _original_to(self, *args, **kwargs)
 
 
