@@ -107,11 +107,17 @@ def get_device_properties(device=None) -> DeviceProperties:
 
 
 def synchronize(device=None) -> None:
-    """Wait for all queued work on the device."""
+    """Wait for all queued work on the device.
+
+    Every op's results land in a tpu storage, so waiting for the arrays
+    stored since the last synchronize covers all of torchtpu's work, at a
+    cost proportional to that work, not to every jax array in the process.
+    """
+    from . import tensor
+
     _index(device)
     stats.host_syncs["synchronize"] += 1
-    for array in jax.live_arrays():
-        array.block_until_ready()
+    tensor.wait_for_dispatched()
 
 
 # ---- memory --------------------------------------------------------------------
@@ -229,9 +235,13 @@ def set_rng_state_all(new_states) -> None:
 
 
 class Stream:
-    """XLA orders work itself; a stream is an ordering handle with CUDA's API."""
+    """XLA orders a device's work itself; a stream is an ordering handle with CUDA's API.
 
-    def __init__(self, device=None, priority=0):
+    Work on every stream runs in dispatch order, which is a valid schedule for
+    any CUDA stream program, so waits are no-ops and synchronize waits for all.
+    """
+
+    def __init__(self, device=None, priority=0, **kwargs):
         self.device = torch.device("tpu", _index(device))
         self.priority = priority
 
@@ -253,29 +263,56 @@ class Stream:
         return True
 
     def __enter__(self):
+        _stream_stack.append(self)
         return self
 
     def __exit__(self, *exc):
+        _stream_stack.pop()
         return False
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return f"<torch.tpu.Stream device={self.device} priority={self.priority}>"
 
 
 _default_stream = None
-
-
-def current_stream(device=None) -> Stream:
-    global _default_stream
-    if _default_stream is None:
-        _default_stream = Stream(device)
-    return _default_stream
+_stream_stack: list = []
 
 
 def default_stream(device=None) -> Stream:
-    return current_stream(device)
+    global _default_stream
+    _index(device)
+    if _default_stream is None:
+        _default_stream = Stream()
+    return _default_stream
+
+
+def current_stream(device=None) -> Stream:
+    _index(device)
+    return _stream_stack[-1] if _stream_stack else default_stream()
+
+
+def set_stream(s) -> None:
+    """Make ``s`` the current stream (until the enclosing ``stream`` block ends)."""
+    if _stream_stack:
+        _stream_stack[-1] = s
+    else:
+        _stream_stack.append(s)
 
 
 @contextlib.contextmanager
 def stream(s):
-    yield s
+    """Make ``s`` the current stream inside the block, like ``torch.cuda.stream``."""
+    if s is None:
+        yield
+        return
+    with s:
+        yield s
 
 
 class Event:
@@ -284,7 +321,9 @@ class Event:
         self._time = None
 
     def record(self, stream=None) -> None:
-        synchronize()
+        # A timing event needs the time the preceding work finished: wait for it.
+        if self.enable_timing:
+            synchronize()
         self._time = time.perf_counter()
 
     def synchronize(self) -> None:
@@ -298,8 +337,10 @@ class Event:
 
     def elapsed_time(self, end_event) -> float:
         """Milliseconds between this event and ``end_event``, as CUDA reports."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         if self._time is None or end_event._time is None:
-            raise RuntimeError("elapsed_time: both events must be recorded first")
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         return (end_event._time - self._time) * 1000.0
 
 
@@ -335,6 +376,70 @@ def precision(value):
 
 def get_amp_supported_dtype() -> list:
     return [torch.bfloat16, torch.float16]
+
+
+# torch.autocast("tpu") enables the AutocastPrivateUse1 dispatch key; PyTorch
+# registers autocast kernels for its own devices only.  Like CUDA's policy:
+# these ops run in the autocast dtype, these in float32, all others untouched.
+AUTOCAST_LOWER_PRECISION = (
+    "mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "dot", "vdot",
+    "linear", "einsum", "chain_matmul", "linalg_multi_dot", "prelu",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "_convolution", "conv_tbc", "scaled_dot_product_attention",
+)
+AUTOCAST_FLOAT32 = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+    "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm", "norm", "nll_loss",
+    "cross_entropy_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy_with_logits",
+    "softmax", "log_softmax", "cumsum", "cumprod", "sum", "prod", "dist", "cosine_similarity", "renorm",
+)
+_autocast_libraries = []
+_AUTOCAST_KEY = torch._C.DispatchKey.AutocastPrivateUse1
+
+
+def _autocast_cast(value, dtype):
+    if isinstance(value, torch.Tensor):
+        eligible = value.device.type == "tpu" and value.is_floating_point() and value.dtype != torch.float64
+        return value.to(dtype) if eligible and value.dtype != dtype else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_autocast_cast(v, dtype) for v in value)
+    return value
+
+
+def _autocast_kernel(op, to_float32: bool):
+    def kernel(*args, **kwargs):
+        dtype = torch.float32 if to_float32 else torch.get_autocast_dtype("tpu")
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_AUTOCAST_KEY)):
+            return op(*_autocast_cast(args, dtype), **{k: _autocast_cast(v, dtype) for k, v in kwargs.items()})
+
+    return kernel
+
+
+def register_autocast() -> None:
+    if _autocast_libraries:
+        return
+    kernels = torch.library.Library("aten", "IMPL", "AutocastPrivateUse1")
+    _autocast_libraries.append(kernels)
+    passthrough = torch.library.Library("_", "IMPL", "AutocastPrivateUse1")
+    try:  # every other op passes through autocast unchanged, as on CUDA
+        passthrough.fallback(torch.library.fallthrough_kernel)
+        _autocast_libraries.append(passthrough)
+    except RuntimeError as error:  # someone registered it already: that is all we need
+        if "multiple backend fallbacks" not in str(error):
+            raise
+    for names, to_float32 in ((AUTOCAST_LOWER_PRECISION, False), (AUTOCAST_FLOAT32, True)):
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                continue
+            for overload in packet.overloads():
+                op = getattr(packet, overload)
+                if op._schema.is_mutable or "out" in overload:
+                    continue  # autocast leaves in-place and out= ops alone, like CUDA
+                kernels.impl(op, _autocast_kernel(op, to_float32))
+
+
+register_autocast()
 
 
 def _is_in_bad_fork() -> bool:

@@ -16,9 +16,11 @@ costs no extra dispatch.
 
 from __future__ import annotations
 
+import collections
 import functools
-import threading
 import math
+import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +47,31 @@ def _next_address(nbytes: int) -> int:
     return address
 
 
+# Weak references to the arrays stored since the last ``wait_for_dispatched``:
+# what ``torch.tpu.synchronize`` must wait for.  Every op's results land in a
+# Buffer, so this covers all of torchtpu's queued work, and a result nobody
+# holds any more is nothing to wait for.
+_dispatched: "collections.deque[weakref.ref]" = collections.deque()
+_prune_at = 1 << 14
+
+
+def wait_for_dispatched() -> None:
+    """Block until every array torchtpu has stored so far is computed."""
+    while _dispatched:
+        array = _dispatched.popleft()()
+        if array is not None:
+            array.block_until_ready()
+
+
+def _prune_dispatched() -> None:
+    """Drop references to arrays that are done or dead, so a program that never syncs stays bounded."""
+    global _prune_at
+    alive = [r for r in _dispatched if (a := r()) is not None and not a.is_ready()]
+    _dispatched.clear()
+    _dispatched.extend(alive)
+    _prune_at = max(1 << 14, 2 * len(alive))
+
+
 class Buffer:
     """Device data of one storage. ``array`` is None until first written."""
 
@@ -57,6 +84,10 @@ class Buffer:
 
     def set(self, array, layout):
         memory.replaced(self.array, array)
+        if array is not None and array is not self.array:
+            _dispatched.append(weakref.ref(array))
+            if len(_dispatched) >= _prune_at:
+                _prune_dispatched()
         self.array = array
         self.layout = layout
 
@@ -76,14 +107,23 @@ def layout_of(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.storage_offset())
 
 
+# Every live buffer by its storage's fake address.  C++ code sometimes wraps
+# our address in a new storage (``from_blob``: legacy ``torch.save`` and
+# ``pickle`` of a storage do); the address finds the buffer for it.
+_buffers_by_address: "weakref.WeakValueDictionary[int, Buffer]" = weakref.WeakValueDictionary()
+
+
 def buffer_of(t: torch.Tensor) -> Buffer:
     storage = t.untyped_storage()
     try:
         return storage._tpu_buffer
     except AttributeError:
-        raise RuntimeError(
-            "torchtpu: this tpu tensor has no device buffer; it was not created by torchtpu"
-        ) from None
+        pass
+    buf = _buffers_by_address.get(storage.data_ptr())
+    if buf is None:
+        raise RuntimeError("torchtpu: this tpu tensor has no device buffer; it was not created by torchtpu")
+    storage._tpu_buffer = buf  # this alias keeps the data alive too, as a C++ DataPtr would
+    return buf
 
 
 def storage_numel(t: torch.Tensor) -> int:
@@ -96,8 +136,9 @@ def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tenso
     stride = contiguous_strides(size) if stride is None else tuple(stride)
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     nbytes = (offset + extent) * dtype.itemsize if extent else 0
-    storage = torch._C._construct_storage_from_data_pointer(_next_address(nbytes), DEVICE, nbytes)
-    storage._tpu_buffer = Buffer()
+    address = _next_address(nbytes)
+    storage = torch._C._construct_storage_from_data_pointer(address, DEVICE, nbytes)
+    storage._tpu_buffer = _buffers_by_address[address] = Buffer()
     t = torch._C._acc.create_empty_tensor((0,), dtype)
     _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
     return t
@@ -295,13 +336,54 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
 
 def from_host(cpu: torch.Tensor) -> torch.Tensor:
     """A new tpu tensor holding a copy of a host tensor (contiguous)."""
+    # On the CPU platform device_put may alias a suitably aligned numpy buffer;
+    # hand it a private copy so later writes to the host tensor cannot leak in.
+    host = np.array(dtypes.torch_to_numpy(cpu), copy=True, order="C")
     with x64():
-        array = jax.device_put(dtypes.torch_to_numpy(cpu.contiguous()))
+        array = jax.device_put(host)
     return from_array(array, cpu.dtype)
+
+
+# Up to this storage size, a view is read by fetching its whole storage and
+# slicing on the host: a transfer of at most this much instead of compiling a
+# gather program for every new view layout (~100 ms each on XLA CPU).
+HOST_GATHER_BYTES = 1 << 20
+
+
+def _gather_on_host(t: torch.Tensor) -> bool:
+    buf = buffer_of(t)
+    if buf.array is None or (buf.layout == layout_of(t) and buf.array.dtype == dtypes.to_jax(t.dtype)):
+        return False
+    nbytes = t.untyped_storage().nbytes()
+    return nbytes <= HOST_GATHER_BYTES or 2 * t.numel() * t.element_size() >= nbytes
+
+
+def _numpy_strided(flat: np.ndarray, layout) -> np.ndarray:
+    """A numpy view of a 1-d array through an element ``(size, stride, offset)`` layout."""
+    size, stride, offset = layout
+    if math.prod(size) == 0:
+        return np.zeros(size, flat.dtype)
+    item = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat[offset:], size, [st * item for st in stride])
+
+
+def host_view(array: np.ndarray, src_layout, dst_layout, dtype, nbytes: int) -> np.ndarray:
+    """``view_of`` in numpy: the storage rebuilt on the host, seen through ``dst_layout``."""
+    storage = np.zeros(nbytes, np.uint8)
+    if math.prod(src_layout[0]):
+        src_flat = storage[: nbytes // array.dtype.itemsize * array.dtype.itemsize].view(array.dtype)
+        np.copyto(_numpy_strided(src_flat, src_layout), array.reshape(src_layout[0]))
+    dtype = np.dtype(dtype)
+    flat = storage[: nbytes // dtype.itemsize * dtype.itemsize].view(dtype)
+    return np.array(_numpy_strided(flat, dst_layout), copy=True)
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A new contiguous CPU tensor with the tpu tensor's value (blocks)."""
-    array = read(t)
-    host = np.asarray(jax.device_get(array))
+    if _gather_on_host(t):
+        buf = buffer_of(t)
+        array = np.asarray(jax.device_get(buf.array))
+        host = host_view(array, buf.layout, layout_of(t), dtypes.to_jax(t.dtype), t.untyped_storage().nbytes())
+    else:
+        host = np.asarray(jax.device_get(read(t)))
     return dtypes.numpy_to_torch(host, t.dtype).reshape(t.shape)

@@ -85,6 +85,9 @@ def copy_(self, src, non_blocking=False):
         return strict.execute(aten.copy_.default, (self, src), {})
     if self.device.type == "tpu":
         src_tpu = tensor.from_host(src.to(self.dtype))
+        if src.shape == self.shape and not (self.is_conj() or self.is_neg()):
+            tensor.write(self, tensor.read(src_tpu))  # no program to compile for a plain upload
+            return self
         return strict.execute(aten.copy_.default, (self, src_tpu), {})
     stats.host_syncs["copy to cpu"] += 1
     host = tensor.to_host(src)
@@ -95,6 +98,23 @@ def copy_(self, src, non_blocking=False):
         host = host._neg_view()
     self.copy_(host)
     return self
+
+
+def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    """``.to(...)`` from tpu: allocate like CPU's _to_copy would, then copy.
+
+    PyTorch's generic version asks for pinned host memory when
+    ``non_blocking=True``, which a Python backend cannot provide; our copies to
+    the host are blocking anyway.
+    """
+    like = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+    meta = aten._to_copy.default(like, dtype=dtype, memory_format=memory_format)
+    target = self.device if device is None else torch.device(device)
+    if target.type == "tpu":
+        target = tensor.DEVICE
+    out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=target)
+    return copy_(out, self)
 
 
 def copy_from(self, dst, non_blocking=False):
@@ -124,6 +144,7 @@ KERNELS = {
     aten.set_.source_Tensor: set_source_tensor,
     aten.set_.default: set_empty,
     aten.copy_.default: copy_,
+    aten._to_copy.default: to_copy,
     aten._copy_from.default: copy_from,
     aten._copy_from_and_resize.default: copy_from_and_resize,
     aten._local_scalar_dense.default: local_scalar_dense,

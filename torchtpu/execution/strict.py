@@ -74,6 +74,13 @@ class NumberRef(NamedTuple):
     kind: type
 
 
+class ConstRef(NamedTuple):
+    """A bool or float constant: 1, 1.0 and True are equal keys, so the type is kept."""
+
+    kind: type
+    value: object
+
+
 class GeneratorRef(NamedTuple):
     """A torch.Generator argument; the program draws from the tpu stream instead."""
 
@@ -103,9 +110,12 @@ def _describe(op, value, inputs, static_numbers):
         storage = value.untyped_storage()
         buffer = getattr(storage, "_tpu_buffer", None)
         if buffer is None:
-            value = _host_tensor_to_device(op, value)
-            storage = value.untyped_storage()
-            buffer = storage._tpu_buffer
+            if value.device.type == "tpu":  # a storage C++ re-wrapped around our address
+                buffer = tensor.buffer_of(value)
+            else:
+                value = _host_tensor_to_device(op, value)
+                storage = value.untyped_storage()
+                buffer = storage._tpu_buffer
         slot = inputs.slots.get(storage._cdata)
         if slot is None:
             slot = inputs.slots[storage._cdata] = len(inputs.storages)
@@ -120,6 +130,8 @@ def _describe(op, value, inputs, static_numbers):
         return NumberRef(type(value))
     if isinstance(value, torch.Generator):
         return GeneratorRef()
+    if type(value) in (bool, float):
+        return ConstRef(type(value), value)
     return value
 
 
@@ -223,6 +235,8 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
         if plan.kind != "functional" or "Meta" not in str(sys.exc_info()[1]):
             raise
         metas = None  # no meta kernel: take shapes and dtypes from the lowering itself
+    if plan.kind != "functional":
+        _check_castable(plan, args, kwargs, metas)
     out_metas = [] if metas is None else [
         None if m is None else (tuple(m.shape), m.stride(), m.dtype) for m in metas]
     lowering = plan.lowering
@@ -254,6 +268,8 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
                 return next(number_iter)
             if type(desc) is GeneratorRef:
                 return None
+            if type(desc) is ConstRef:
+                return desc.value
             if type(desc) is tuple:
                 return tuple(build(d) for d in desc)
             return desc
@@ -291,6 +307,26 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
             for s in shapes
         )
     return Program(jax.jit(program), out_metas, written_layouts, None)
+
+
+def _type_name(dtype) -> str:
+    return torch.empty(0, dtype=dtype).type().split(".")[-1].removesuffix("Tensor")
+
+
+def _check_castable(plan, args, kwargs, targets):
+    """CPU refuses to write a result into a tensor whose dtype cannot hold it
+    (``int_tensor.mul_(1.5)``); some meta kernels skip that check."""
+    out_names = {name for _, name in plan.mutated} if plan.kind == "out" else set()
+    try:
+        results = plan.functional(*[_to_meta(a) for a in args],
+                                  **{k: _to_meta(v) for k, v in kwargs.items() if k not in out_names})
+    except Exception:  # no meta kernel for the functional form: nothing to compare
+        return
+    for result, target in zip(_flat_tensors(results), targets):
+        if result is not None and target is not None and not torch.can_cast(result.dtype, target.dtype):
+            raise RuntimeError(
+                f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
+                f"{_type_name(target.dtype)}")
 
 
 def _apply_lazy(value, lazy):

@@ -45,8 +45,9 @@ def _stand_in(x):
 
 @functools.lru_cache(maxsize=None)
 def _dtypes_for(stand_in_key, kind):
+    # A number enters by its Python type alone (1, 1.0 and True hash alike).
     stand_ins = [
-        torch.empty(shape, dtype=dt, device="meta") if isinstance(dt, torch.dtype) else dt
+        torch.empty(shape, dtype=dt, device="meta") if isinstance(dt, torch.dtype) else dt(1)
         for dt, shape in stand_in_key
     ]
     compute, result = elementwise_dtypes(*stand_ins, type_promotion_kind=kind)
@@ -60,7 +61,7 @@ def promote(*operands, kind=Promotion.DEFAULT):
         if x is None:
             continue
         s = _stand_in(x)
-        key.append((s.dtype, tuple(s.shape)) if isinstance(s, torch.Tensor) else (s, None))
+        key.append((s.dtype, tuple(s.shape)) if isinstance(s, torch.Tensor) else (type(s), None))
     return _dtypes_for(tuple(key), kind)
 
 
@@ -69,6 +70,9 @@ def result_dtype(*operands, kind=Promotion.DEFAULT):
 
 
 def as_array(x, dtype=None):
+    """``x`` as an array of ``dtype``; a Python int that does not fit wraps, as on CPU."""
+    if dtype is not None and isinstance(x, int) and not isinstance(x, bool):
+        return jnp.asarray(x).astype(dtype)
     return jnp.asarray(x, dtype=dtype)
 
 
@@ -100,7 +104,7 @@ def elementwise(operands=1, kind=Promotion.DEFAULT, compute=True):
             values = args[:operands]
             computation, result = promote(*values, kind=kind)
             target = computation if compute else result
-            cast = [None if v is None else jnp.asarray(v, dtype=target) for v in values]
+            cast = [None if v is None else as_array(v, target) for v in values]
             return fn(*cast, *args[operands:], **kwargs)
 
         return lowered

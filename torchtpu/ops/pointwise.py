@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special as jsp
 
-from .common import Promotion, elementwise, is_complex, is_float, is_integer, promote
+from .common import Promotion, as_array, elementwise, is_complex, is_float, is_integer, promote
 from .registry import aten, lower
 
 # ---- unary ops that keep integer dtypes ----------------------------------------
@@ -337,12 +337,12 @@ lower(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, a
 @lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(condition, x, y):
     dtype = promote(x, y)[1]
-    return jnp.where(condition, jnp.asarray(x, dtype), jnp.asarray(y, dtype))
+    return jnp.where(condition, as_array(x, dtype), as_array(y, dtype))
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(x, mask, value):
-    return jnp.where(mask, jnp.asarray(value, x.dtype), x)
+    return jnp.where(mask, as_array(value, x.dtype), x)
 
 
 @lower(aten.clamp.default, aten.clamp.Tensor)
@@ -399,7 +399,7 @@ def clone(x, *, memory_format=None):
 
 @lower(aten.fill.Scalar, aten.fill.Tensor)
 def fill(x, value):
-    return jnp.full(x.shape, value, x.dtype)
+    return jnp.broadcast_to(as_array(value, x.dtype), x.shape)
 
 
 @lower(aten.zero.default)
