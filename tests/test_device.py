@@ -293,3 +293,17 @@ def test_fallback_and_stats_counters_exist():
     assert isinstance(torch.tpu.fallback_stats(), dict)
     assert isinstance(torch.tpu.compile_stats(), dict)
     assert isinstance(torch.tpu.host_sync_stats(), dict)
+
+
+def test_precision_selects_the_compiled_matmul_precision():
+    from torchtpu.runtime import precision as runtime_precision
+
+    a = torch.randn(8, 8, device="tpu")
+    expected = (a.cpu() @ a.cpu())
+    for level in (torch.tpu.Precision.DEFAULT, torch.tpu.Precision.HIGH, torch.tpu.Precision.HIGHEST):
+        with torch.tpu.precision(level):
+            assert runtime_precision.current == level.value
+            assert torch.tpu.get_precision() is level
+            # On the XLA CPU backend every level computes in float32.
+            torch.testing.assert_close((a @ a).cpu(), expected, rtol=1e-2, atol=1e-2)
+    assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST

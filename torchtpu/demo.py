@@ -107,11 +107,7 @@ class GPT(nn.Module):
         self.tie_weights()
 
     def tie_weights(self):
-        """Share the embedding with the output head.
-
-        Call again after ``.to(device)``: for PrivateUse1 devices ``Module.to``
-        makes a new Parameter per module, which unties shared weights (as on XLA).
-        """
+        """Share the embedding with the output head (``Module.to`` keeps it shared)."""
         if self.cfg.tie_weights:
             self.head.weight = self.token_embedding.weight
 
@@ -260,7 +256,6 @@ def run(train_cfg: TrainConfig | None = None, model_cfg: ModelConfig | None = No
     model_cfg.vocab_size = tokenizer.vocab_size
     torch.manual_seed(train_cfg.seed)
     model = GPT(model_cfg).to(train_cfg.device)
-    model.tie_weights()
     n_params = sum(p.numel() for p in model.parameters())
     log(f"training a {n_params / 1e3:.0f}K-parameter character GPT on {len(text) / 1e3:.0f} KB of text "
         f"for {train_cfg.steps} steps on device '{train_cfg.device}'")

@@ -17,6 +17,7 @@ import jax
 import torch
 
 from .runtime import memory, rng, stats
+from .runtime import precision as _runtime_precision
 
 _initialized = False
 
@@ -353,25 +354,24 @@ class Precision(enum.Enum):
     HIGHEST = "highest"  # full float32
 
 
-_precision = Precision.HIGHEST
-
-
 def get_precision() -> Precision:
-    return _precision
+    return Precision(_runtime_precision.current)
 
 
 @contextlib.contextmanager
 def precision(value):
-    """Set XLA's float32 matmul precision for the ops run inside the block."""
-    global _precision
+    """Compile the float32 matmuls and convolutions inside the block at ``value``.
+
+    HIGHEST (full float32, matching CPU) is the default; DEFAULT and HIGH are
+    faster bfloat16-based modes on TPU.  Programs are cached per precision.
+    """
     value = Precision(value) if not isinstance(value, Precision) else value
-    previous = _precision
-    _precision = value
+    previous = _runtime_precision.current
+    _runtime_precision.set_current(value.value)
     try:
-        with jax.default_matmul_precision(value.value):
-            yield
+        yield
     finally:
-        _precision = previous
+        _runtime_precision.set_current(previous)
 
 
 def get_amp_supported_dtype() -> list:
