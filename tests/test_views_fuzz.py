@@ -481,8 +481,6 @@ def test_fill_of_expanded_view_matches_cpu():
     torch.testing.assert_close(t.cpu(), c)
 
 
-@pytest.mark.xfail(strict=True, reason="PyTorch's meta kernel for mul_ skips the can't-cast check that CPU's "
-                   "TensorIterator does; execution/strict.py trusts meta (reported to the lead)")
 def test_inplace_result_that_cannot_be_cast_raises_like_cpu():
     with pytest.raises(RuntimeError, match="can't be cast"):
         torch.ones(3, dtype=torch.int16).mul_(torch.tensor(1.5))
