@@ -43,3 +43,18 @@ def check(fn, *args, atol=None, rtol=None, check_stride=False, **kwargs):
     actual = fn(*tpu_args, **tpu_kwargs)
     assert_same(actual, expected, atol=atol, rtol=rtol, check_stride=check_stride)
     return actual, expected
+
+
+def check_grad(fn, *args, atol=1e-4, rtol=1e-4, grad_args=None):
+    """fn's output and the gradients of the chosen float arguments match CPU."""
+    grad_args = range(len(args)) if grad_args is None else grad_args
+    cpu = [a.detach().clone().requires_grad_(i in grad_args and a.is_floating_point()) for i, a in enumerate(args)]
+    tpu = [to_device(a, "tpu") for a in cpu]
+    expected, actual = fn(*cpu), fn(*tpu)
+    assert_same(actual, expected, atol=atol, rtol=rtol)
+    grad = torch.randn_like(expected)
+    expected.backward(grad)
+    actual.backward(grad.to("tpu"))
+    for c, t in zip(cpu, tpu):
+        if c.requires_grad:
+            assert_same(t.grad, c.grad, atol=atol, rtol=rtol)

@@ -4,21 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from oracle import assert_same, check, to_device
-
-
-def check_grad(fn, *args, atol=1e-4, rtol=1e-4):
-    """fn's outputs and the gradients of every float argument match CPU."""
-    cpu = [a.detach().clone().requires_grad_(a.is_floating_point()) for a in args]
-    tpu = [to_device(a, "tpu") for a in cpu]
-    expected, actual = fn(*cpu), fn(*tpu)
-    assert_same(actual, expected, atol=atol, rtol=rtol)
-    grad = torch.randn_like(expected)
-    expected.backward(grad)
-    actual.backward(grad.to("tpu"))
-    for c, t in zip(cpu, tpu):
-        if c.requires_grad:
-            assert_same(t.grad, c.grad, atol=atol, rtol=rtol)
+from oracle import assert_same, check, check_grad, to_device
 
 
 torch.manual_seed(0)
