@@ -165,6 +165,22 @@ def test_clone_detach_contiguous_of_views():
     assert not x.detach().requires_grad and x.detach().is_leaf
 
 
+@pytest.mark.parametrize("write", [
+    lambda b: b[0, :2].fill_(True),      # a partial bool write into int16 data
+    lambda b: b[:, :0].fill_(True),      # an empty bool view writes nothing
+    lambda b: b.as_strided((0, 2), (1, 1)).copy_(torch.ones(0, 2, dtype=torch.bool, device=b.device)),
+])
+def test_bool_view_writes_keep_the_other_bytes(write):
+    """A bool view of other data must not squash the storage's bytes to 0/1 (fuzz seed 1771077807)."""
+    def program(device):
+        x = torch.tensor([[4, -4], [3, -1], [258, 0]], dtype=torch.int16, device=device)
+        x.t().mul_(1)  # the storage now holds a flat, written layout
+        write(x.view(torch.bool))
+        return x
+
+    _exact(program("tpu").cpu(), program("cpu"))
+
+
 @pytest.mark.parametrize("host_gather_bytes", [0, tpu_tensor.HOST_GATHER_BYTES], ids=["device-gather", "host-gather"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64])
 def test_host_reads_of_views_both_paths(monkeypatch, host_gather_bytes, dtype):
@@ -271,6 +287,21 @@ def test_type_promotion_examples(fn, fresh_promotion_cache):
     a = torch.arange(6, dtype=torch.int64).reshape(2, 3)
     b = torch.linspace(-1, 1, 3)
     check(fn, a, b)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, m: x * m,
+    lambda x, m: m * x,
+    lambda x, m: x.clone().mul_(m),
+    lambda x, m: torch.addcmul(x, x, m),
+], ids=["mul", "rmul", "mul_", "addcmul"])
+def test_multiplying_by_a_bool_mask_keeps_signed_zero_and_nan(fn):
+    """XLA rewrites x * convert(mask) to a select, which CPU's IEEE product is not (fuzz seed 4185060884)."""
+    x = torch.tensor([-12.0, float("nan"), float("inf"), 3.0])
+    mask = torch.tensor([False, False, False, True])
+    expected, actual = fn(x, mask), fn(x.to("tpu"), mask.to("tpu")).cpu()
+    _exact(actual, expected)
+    assert torch.equal(actual.signbit(), expected.signbit())
 
 
 @pytest.fixture

@@ -258,8 +258,19 @@ def view_of(array, src_layout, dst_layout, dtype, nbytes):
     return _gather(_reinterpret(flat, dtype), dst_layout)
 
 
+def _raw_dtype(dtype):
+    """The array dtype that keeps a storage's bytes when ``dtype`` writes into part of it.
+
+    bool is lossy as a storage dtype (reading other bytes as bool keeps only
+    "nonzero"), so a partial bool write keeps the storage as uint8 bytes.
+    """
+    return jnp.dtype(jnp.uint8) if dtype == jnp.bool_ else jnp.dtype(dtype)
+
+
 def written_layout(old_dtype, src_layout, dst_layout, value_dtype, nbytes):
-    """The storage layout after writing a value of ``value_dtype`` through ``dst_layout``."""
+    """The storage's (layout, array dtype) after writing ``value_dtype`` through ``dst_layout``."""
+    if math.prod(dst_layout[0]) == 0:  # an empty view writes nothing
+        return src_layout, old_dtype
     numel = nbytes // jnp.dtype(value_dtype).itemsize
     covers_all = (
         is_contiguous_layout(dst_layout)
@@ -267,21 +278,23 @@ def written_layout(old_dtype, src_layout, dst_layout, value_dtype, nbytes):
         and math.prod(dst_layout[0]) == numel
     )
     if covers_all or (src_layout == dst_layout and old_dtype == value_dtype):
-        return dst_layout
-    return ((numel,), (1,), 0)
+        return dst_layout, jnp.dtype(value_dtype)
+    return ((numel,), (1,), 0), _raw_dtype(value_dtype)
 
 
 def with_view_written(array, src_layout, dst_layout, value, nbytes):
     """The storage's new array after writing ``value`` through ``dst_layout``."""
+    if math.prod(dst_layout[0]) == 0:
+        return array
     old_dtype = None if array is None else array.dtype
-    new_layout = written_layout(old_dtype, src_layout, dst_layout, value.dtype, nbytes)
+    new_layout, new_dtype = written_layout(old_dtype, src_layout, dst_layout, value.dtype, nbytes)
     if new_layout == dst_layout:
         return value
     numel = new_layout[0][0]
     if array is None:
-        flat = jnp.zeros((numel,), value.dtype)
+        flat = jnp.zeros((numel,), new_dtype)
     else:
-        flat = _reinterpret(_flatten(array, src_layout, nbytes // array.dtype.itemsize), value.dtype)
+        flat = _reinterpret(_flatten(array, src_layout, nbytes // array.dtype.itemsize), new_dtype)
     return _scatter(flat, dst_layout, value)
 
 
@@ -321,8 +334,10 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     buf = buffer_of(t)
     layout = layout_of(t)
     nbytes = t.untyped_storage().nbytes()
+    if value.size == 0:  # an empty view writes nothing
+        return
     old_dtype = None if buf.array is None else buf.array.dtype
-    new_layout = written_layout(old_dtype, buf.layout, layout, value.dtype, nbytes)
+    new_layout, _ = written_layout(old_dtype, buf.layout, layout, value.dtype, nbytes)
     if new_layout == layout:
         buf.set(value, layout)
         return

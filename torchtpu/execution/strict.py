@@ -348,10 +348,10 @@ def _plan_writes(targets, storage_key):
         dtype = dtypes.to_jax(ref.dtype)
         layout, old_dtype, nbytes = storage_key[ref.slot]
         if ref.slot in layouts:
-            layout, old_dtype = layouts[ref.slot], dtype
+            layout, old_dtype = layouts[ref.slot]
         steps.append((ref.slot, layout, ref.layout, nbytes))
         layouts[ref.slot] = tensor.written_layout(old_dtype, layout, ref.layout, dtype, nbytes)
-    return steps, layouts
+    return steps, {slot: layout for slot, (layout, _) in layouts.items()}
 
 
 def _tensor_refs(desc):

@@ -104,12 +104,21 @@ def elementwise(operands=1, kind=Promotion.DEFAULT, compute=True):
             values = args[:operands]
             computation, result = promote(*values, kind=kind)
             target = computation if compute else result
-            cast = [None if v is None else as_array(v, target) for v in values]
+            cast = [None if v is None else _cast_operand(v, target) for v in values]
             return fn(*cast, *args[operands:], **kwargs)
 
         return lowered
 
     return wrap
+
+
+def _cast_operand(value, dtype):
+    cast = as_array(value, dtype)
+    if getattr(value, "dtype", None) == jnp.bool_ and cast.dtype != jnp.bool_:
+        # XLA rewrites ``x * convert(mask)`` to ``select(mask, x, 0)``, which
+        # turns -0.0 and NaN into 0 where CPU keeps them; the barrier stops it.
+        cast = jax.lax.optimization_barrier(cast)
+    return cast
 
 
 def canonical_dim(dim, ndim):
