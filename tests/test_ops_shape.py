@@ -237,6 +237,32 @@ def test_copy_variants():
     check(lambda x: x.t().flatten(), make((3, 5), torch.int32))
 
 
+@pytest.mark.parametrize("fn", [
+    torch.t_copy,
+    lambda x: torch.t_copy(x[0, 0]),
+    lambda x: torch.transpose_copy(x, 0, -1),
+    lambda x: torch.slice_copy(x, 2, 1, None, 2),
+    lambda x: torch.slice_copy(x, -1, -3, 100),
+    lambda x: torch.select_copy(x, 2, -1),
+    torch.squeeze_copy,
+    lambda x: torch.squeeze_copy(x, 1),
+    lambda x: torch.squeeze_copy(x, 0),
+    lambda x: torch.squeeze_copy(x, (0, 1)),
+    lambda x: torch.unsqueeze_copy(x, -1),
+    torch.detach_copy,
+    lambda x: torch.split_copy(x, 3, 2),
+    lambda x: torch.split_copy(x, 2, 0),
+    lambda x: torch.diagonal_copy(x, 1, 0, 2),
+    lambda x: torch.diagonal_copy(x[:, 0], -1),
+], ids=lambda f: "")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_more_copy_variants_of_views(fn, dtype):
+    x = make((3, 1, 4), dtype)
+    if fn is torch.t_copy:
+        x = x[:, 0]
+    check(fn, x)
+
+
 def test_unfold_backward():
     def program(a):
         windows = a.unfold(1, 3, 2)

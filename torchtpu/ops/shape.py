@@ -252,6 +252,60 @@ def split_with_sizes_copy(self, split_sizes, dim=0):
     return [lax.slice_in_dim(self, lo, hi, axis=axis) for lo, hi in zip(bounds, bounds[1:])]
 
 
+@lower(aten.t_copy.default)
+def t_copy(self):
+    return self.T if self.ndim == 2 else self
+
+
+@lower(aten.transpose_copy.int)
+def transpose_copy(self, dim0, dim1):
+    if self.ndim == 0:
+        return self
+    return jnp.swapaxes(self, _dim(dim0, self.ndim), _dim(dim1, self.ndim))
+
+
+@lower(aten.slice_copy.Tensor)
+def slice_copy(self, dim=0, start=None, end=None, step=1):
+    where = [slice(None)] * self.ndim
+    where[_dim(dim, self.ndim)] = slice(start, end, step)
+    return self[tuple(where)]
+
+
+@lower(aten.select_copy.int)
+def select_copy(self, dim, index):
+    return jnp.take(self, index, axis=_dim(dim, self.ndim))
+
+
+@lower(aten.squeeze_copy.default, aten.squeeze_copy.dim, aten.squeeze_copy.dims)
+def squeeze_copy(self, dim=None):
+    dims = range(self.ndim) if dim is None else [dim] if isinstance(dim, int) else dim
+    axes = tuple(sorted({_dim(d, self.ndim) for d in dims if self.ndim and self.shape[_dim(d, self.ndim)] == 1}))
+    return jnp.squeeze(self, axes) if axes else self
+
+
+@lower(aten.unsqueeze_copy.default)
+def unsqueeze_copy(self, dim):
+    return jnp.expand_dims(self, _dim(dim, self.ndim + 1))
+
+
+@lower(aten.detach_copy.default)
+def detach_copy(self):
+    return self
+
+
+@lower(aten.split_copy.Tensor)
+def split_copy(self, split_size, dim=0):
+    axis = _dim(dim, self.ndim)
+    n = self.shape[axis]
+    sizes = [min(split_size, n - lo) for lo in range(0, n, split_size)] if split_size else [n]
+    return split_with_sizes_copy(self, sizes or [0], dim)
+
+
+@lower(aten.diagonal_copy.default)
+def diagonal_copy(self, offset=0, dim1=0, dim2=1):
+    return jnp.diagonal(self, offset, _dim(dim1, self.ndim), _dim(dim2, self.ndim))
+
+
 @lower(aten.unbind_copy.int)
 def unbind_copy(self, dim=0):
     axis = _dim(dim, self.ndim)
