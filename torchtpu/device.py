@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import jax
 import torch
 
+from .execution import debug as _debug
+from .execution import fused as _fused
+from .execution import modes as _modes
 from .runtime import memory, rng, stats
 from .runtime import precision as _runtime_precision
 
@@ -118,6 +121,7 @@ def synchronize(device=None) -> None:
 
     _index(device)
     stats.host_syncs["synchronize"] += 1
+    _fused.flush("synchronize")
     tensor.wait_for_dispatched()
 
 
@@ -458,3 +462,35 @@ def compile_stats() -> dict:
 
 def host_sync_stats() -> dict:
     return dict(stats.host_syncs)
+
+
+def compile_cache_stats() -> dict:
+    """The compiled-program caches: requests, hits, misses and seconds spent compiling."""
+    from .runtime import compile_cache
+
+    return compile_cache.stats()
+
+
+# ---- eager modes -------------------------------------------------------------
+
+EagerMode = _modes.EagerMode
+get_eager_mode = _modes.get_eager_mode
+set_eager_mode = _modes.set_eager_mode
+eager_mode = _modes.eager_mode
+debug_checks = _debug.debug_checks
+NonFiniteError = _debug.NonFiniteError
+set_max_fused_ops = _fused.set_max_ops
+get_max_fused_ops = _fused.get_max_ops
+
+
+def graph_break_stats() -> dict:
+    """Fused mode: how many times the pending graph ran, by cause ("item", "print", "size limit", ...)."""
+    return dict(stats.graph_breaks)
+
+
+def fused_stats() -> dict:
+    """Fused mode: graphs compiled and run, cache hits, ops fused, input buffers donated."""
+    return dict(stats.fused)
+
+
+_modes.apply_env()  # TPU_LAUNCH_BLOCKING=1, TPU_DEFER_AND_FUSE=1, TPU_MAX_FUSED_OPS=n

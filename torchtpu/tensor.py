@@ -72,27 +72,79 @@ def _prune_dispatched() -> None:
     _prune_at = max(1 << 14, 2 * len(alive))
 
 
-class Buffer:
-    """Device data of one storage. ``array`` is None until first written."""
+class Deferred:
+    """A value that the pending fused graph will compute: shape and dtype now, data at the flush.
 
-    __slots__ = ("array", "layout", "__weakref__")
+    Only a Buffer holds one; ``owner`` is that Buffer (weakly), so the flush
+    knows which values are still wanted and where to put them.
+    """
+
+    __slots__ = ("graph", "index", "shape", "dtype", "owner", "__weakref__")
+
+    def __init__(self, graph: int, index: int, shape: tuple, dtype):
+        self.graph = graph  # serial number of the graph that makes it
+        self.index = index  # position among the values that graph makes
+        self.shape = shape
+        self.dtype = dtype
+        self.owner = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self):
+        return f"Deferred(#{self.index}, {self.shape}, {self.dtype})"
+
+
+# Set by the fused executor: ``flush(cause)`` runs the pending graph.
+_flush_pending = None
+
+
+def materialize(cause: str | None = None) -> None:
+    """Run any pending fused graph, so every Buffer holds a real array."""
+    if _flush_pending is not None:
+        _flush_pending(cause)
+
+
+class Buffer:
+    """Device data of one storage: an array, a Deferred (fused mode), or None until first written.
+
+    ``array`` always gives a real array, running the pending graph if need
+    be; executors that can handle a Deferred read ``_value`` directly.
+    """
+
+    __slots__ = ("_value", "layout", "__weakref__")
 
     def __init__(self, array=None, layout=None):
-        self.array = None
+        self._value = None
         self.layout = None
         self.set(array, layout)
 
+    @property
+    def array(self):
+        value = self._value
+        if type(value) is Deferred:
+            materialize()
+            value = self._value
+            if type(value) is Deferred:
+                raise RuntimeError("torchtpu: the fused graph that computes this tensor failed (see the earlier error)")
+        return value
+
     def set(self, array, layout):
-        memory.replaced(self.array, array)
-        if array is not None and array is not self.array:
-            _dispatched.append(weakref.ref(array))
-            if len(_dispatched) >= _prune_at:
-                _prune_dispatched()
-        self.array = array
+        old = self._value
+        memory.replaced(old, array)
+        if array is not None and array is not old:
+            if type(array) is Deferred:
+                array.owner = weakref.ref(self)
+            else:
+                _dispatched.append(weakref.ref(array))
+                if len(_dispatched) >= _prune_at:
+                    _prune_dispatched()
+        self._value = array
         self.layout = layout
 
     def __del__(self):
-        memory.replaced(self.array, None)
+        memory.replaced(self._value, None)
 
 
 def contiguous_strides(size) -> tuple:
@@ -314,14 +366,15 @@ def _reader(src_layout, dst_layout, dtype, nbytes):
 def read(t: torch.Tensor) -> jax.Array:
     """The tensor's value as a jax array of its own shape and dtype."""
     buf = buffer_of(t)
+    array = buf.array
     layout = layout_of(t)
     dtype = dtypes.to_jax(t.dtype)
-    if buf.array is not None and buf.layout == layout and buf.array.dtype == dtype:
-        return buf.array
+    if array is not None and buf.layout == layout and array.dtype == dtype:
+        return array
     with x64():
-        if buf.array is None:
+        if array is None:
             return jnp.zeros(layout[0], dtype)
-        return _reader(buf.layout, layout, dtype, t.untyped_storage().nbytes())(buf.array)
+        return _reader(buf.layout, layout, dtype, t.untyped_storage().nbytes())(array)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -336,16 +389,17 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     nbytes = t.untyped_storage().nbytes()
     if value.size == 0:  # an empty view writes nothing
         return
-    old_dtype = None if buf.array is None else buf.array.dtype
+    old_dtype = None if buf._value is None else buf._value.dtype  # a Deferred knows its dtype
     new_layout, _ = written_layout(old_dtype, buf.layout, layout, value.dtype, nbytes)
     if new_layout == layout:
         buf.set(value, layout)
         return
+    old = buf.array
     with x64():
-        if buf.array is None:
+        if old is None:
             array = with_view_written(None, None, layout, value, nbytes)
         else:
-            array = _writer(buf.layout, layout, nbytes)(buf.array, value)
+            array = _writer(buf.layout, layout, nbytes)(old, value)
     buf.set(array, new_layout)
 
 
@@ -367,7 +421,8 @@ HOST_GATHER_BYTES = 1 << 20
 
 def _gather_on_host(t: torch.Tensor) -> bool:
     buf = buffer_of(t)
-    if buf.array is None or (buf.layout == layout_of(t) and buf.array.dtype == dtypes.to_jax(t.dtype)):
+    array = buf.array
+    if array is None or (buf.layout == layout_of(t) and array.dtype == dtypes.to_jax(t.dtype)):
         return False
     nbytes = t.untyped_storage().nbytes()
     return nbytes <= HOST_GATHER_BYTES or 2 * t.numel() * t.element_size() >= nbytes

@@ -9,6 +9,11 @@ jax program: read the inputs through their views, apply the lowering, cast
 to the meta dtypes, and write any in-place results back into their storages.
 Later calls with the same key only call that program.  jax dispatch is
 asynchronous, so nothing blocks until a host sync.
+
+The other eager modes reuse all of this and differ only in how a program is
+launched: ``_launch`` is None in strict mode (call it now), and otherwise the
+debug launcher (call it, block, check) or the fused recorder (append it to the
+pending graph and hand back Deferred values).
 """
 
 from __future__ import annotations
@@ -31,12 +36,15 @@ _DYNAMIC_NUMBERS = (float, complex)
 class Program:
     """One compiled op: the jitted function plus what is needed to wrap its outputs."""
 
-    __slots__ = ("fn", "out_metas", "written_layouts", "result_slots", "returns")
+    __slots__ = ("fn", "pure", "out_metas", "written_layouts", "written_dtypes", "fresh_outputs", "returns")
 
-    def __init__(self, fn, out_metas, written_layouts, returns):
+    def __init__(self, fn, pure, out_metas, written_layouts, written_dtypes, fresh_outputs, returns):
         self.fn = fn
+        self.pure = pure  # the same function un-jitted, for the fused executor to compose
         self.out_metas = out_metas  # (size, stride, torch dtype) of each fresh output
         self.written_layouts = written_layouts  # {storage slot: layout after the op}
+        self.written_dtypes = written_dtypes  # {storage slot: array dtype after the op}
+        self.fresh_outputs = fresh_outputs  # False for in-place and out= ops: they return no values
         self.returns = returns  # how to build the op's return value
 
 
@@ -135,6 +143,10 @@ def _describe(op, value, inputs, static_numbers):
     return value
 
 
+# How a program runs: None calls it now (strict); set by ``modes.set_eager_mode``.
+_launch = None
+
+
 def execute(op, args, kwargs):
     plan = plan_for(op)
     return run(plan, args, kwargs)
@@ -149,22 +161,25 @@ def run(plan: Plan, args, kwargs):
     arg_key = tuple(_describe(plan.op, a, inputs, static) for a in args)
     kw_key = tuple((k, _describe(plan.op, v, inputs, static)) for k, v in kwargs.items())
     storage_key = tuple(
-        (buf.layout, None if buf.array is None else buf.array.dtype, nbytes)
+        (buf.layout, None if buf._value is None else buf._value.dtype, nbytes)
         for buf, nbytes in inputs.storages
     )
     key = (plan.op, arg_key, kw_key, storage_key, precision.current)
     program = _PROGRAMS.get(key)
     if program is None and _resize_outs(plan, args, kwargs):
         return run(plan, args, kwargs)
-    dynamic = [buf.array for buf, _ in inputs.storages]
+    dynamic = [buf._value for buf, _ in inputs.storages]  # arrays, or Deferreds in fused mode
     dynamic += inputs.numbers
     if lowering.random:
         dynamic += rng.next_seed_and_offset()
     if program is None:
         program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key, dynamic)
         stats.compiles[str(plan.op)] += 1
-    with tensor.x64():
-        outs, written = program.fn(*dynamic)
+    if _launch is None:
+        with tensor.x64():
+            outs, written = program.fn(*dynamic)
+    else:
+        outs, written = _launch(plan, program, dynamic)
     for slot, array in written.items():
         inputs.storages[slot][0].set(array, program.written_layouts[slot])
     return _wrap(plan, program, outs, args, kwargs)
@@ -247,7 +262,7 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
     kw_dict = dict(kw_key)
     mutated = [arg_key[pos] if pos < len(arg_key) else kw_dict.get(name) for pos, name in plan.mutated]
     targets = [ref for desc in mutated for ref in _tensor_refs(desc)]
-    write_steps, written_layouts = _plan_writes(targets, storage_key)
+    write_steps, written_layouts, written_dtypes = _plan_writes(targets, storage_key)
     fresh_outputs = plan.kind == "functional"
 
     n_storages = len(storage_key)
@@ -301,12 +316,19 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
 
     if metas is None:
         with tensor.x64():
-            shapes = jax.eval_shape(program, *dynamic)[0]
+            shapes = jax.eval_shape(program, *map(_abstract, dynamic))[0]
         out_metas.extend(
             None if s is None else (s.shape, tensor.contiguous_strides(s.shape), dtypes.to_torch(s.dtype))
             for s in shapes
         )
-    return Program(jax.jit(program), out_metas, written_layouts, None)
+    return Program(jax.jit(program), program, out_metas, written_layouts, written_dtypes, fresh_outputs, None)
+
+
+def _abstract(value):
+    """A Deferred as jax sees it when tracing: a shape and a dtype."""
+    if type(value) is tensor.Deferred:
+        return jax.ShapeDtypeStruct(value.shape, value.dtype)
+    return value
 
 
 def _type_name(dtype) -> str:
@@ -342,7 +364,7 @@ def _apply_lazy(value, lazy):
 
 def _plan_writes(targets, storage_key):
     """Each write in order, as (slot, storage layout before, view layout, nbytes),
-    and every written storage's layout afterwards."""
+    and every written storage's layout and array dtype afterwards."""
     steps, layouts = [], {}
     for ref in targets:
         dtype = dtypes.to_jax(ref.dtype)
@@ -351,7 +373,8 @@ def _plan_writes(targets, storage_key):
             layout, old_dtype = layouts[ref.slot]
         steps.append((ref.slot, layout, ref.layout, nbytes))
         layouts[ref.slot] = tensor.written_layout(old_dtype, layout, ref.layout, dtype, nbytes)
-    return steps, {slot: layout for slot, (layout, _) in layouts.items()}
+    return (steps, {slot: layout for slot, (layout, _) in layouts.items()},
+            {slot: dtype for slot, (_, dtype) in layouts.items()})
 
 
 def _tensor_refs(desc):
@@ -385,6 +408,8 @@ def _conform(value, meta, plan):
 
 
 def _wrap(plan, program, outs, args, kwargs):
+    if plan.returns == "none":  # in-place foreach ops return nothing
+        return None
     if plan.kind == "inplace":
         return args[0]
     if plan.kind == "out":
@@ -409,6 +434,7 @@ def _new_tensor(array, meta):
 
 def _run_data_dependent(plan, args, kwargs):
     """Ops whose output shape depends on values: run eagerly on concrete arrays."""
+    tensor.materialize(f"data-dependent op {plan.op._schema.name}")
 
     def unwrap(v):
         if isinstance(v, _Tensor):

@@ -1,0 +1,236 @@
+"""Fused eager: ops are recorded into a pending graph and run as one program at a host sync.
+
+The strict executor still does the per-op work (meta kernel, program key,
+output tensors); instead of calling an op's program, ``record`` appends the
+un-jitted program with the values it reads, and hands back ``Deferred``
+values for its results.  ``flush`` composes the recorded programs into one
+function, threading each value from the op that makes it to the ops that
+read it, and jits that function once per graph structure: the graph's key is
+its sequence of per-op programs (op, shapes, dtypes, static arguments) and
+its wiring, so a training step that repeats compiles once.
+
+A flush happens when anything needs real data (``Buffer.array``: ``.item()``,
+``.cpu()``, printing, ``bool()``, data-dependent ops, the CPU fallback), at
+``torch.tpu.synchronize()``, when the graph reaches ``max_ops`` ops, and
+when the mode changes.  Each is counted by cause in ``stats.graph_breaks``.
+
+Only values still held by a tensor's storage leave the program; temporaries
+stay inside XLA's fusion.  Input arrays that the graph replaced and that
+nothing else references are donated, so an optimizer step updates its
+parameters in place instead of doubling their memory.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import jax
+
+from .. import dtypes, tensor
+from ..runtime import stats
+
+DEFAULT_MAX_OPS = 500
+_max_ops = DEFAULT_MAX_OPS
+
+
+def set_max_ops(n: int) -> None:
+    """Flush the pending graph once it holds ``n`` ops (a bound on compile time and memory)."""
+    global _max_ops
+    if n < 1:
+        raise ValueError("the fused graph size limit must be at least 1 op")
+    _max_ops = int(n)
+
+
+def get_max_ops() -> int:
+    return _max_ops
+
+
+class _Graph:
+    """The pending ops: per-op programs, how their inputs are wired, and the values they make."""
+
+    __slots__ = ("serial", "steps", "key", "externals", "external_ids", "values")
+    _count = 0
+
+    def __init__(self):
+        _Graph._count += 1
+        self.serial = _Graph._count
+        self.steps = []  # (pure program, input refs, output positions, written slots)
+        self.key = []  # (program, input refs) per op: what the compiled graph depends on
+        self.externals = []  # arrays and numbers the graph reads from outside
+        self.external_ids = {}  # id(array) -> index in externals, so a shared array is passed once
+        self.values = []  # every Deferred the graph makes, by index
+
+    def ref(self, value):
+        """An input's place in the graph: ~index for a value made here, index into externals, or None."""
+        if type(value) is tensor.Deferred:
+            if value.graph != self.serial:
+                raise RuntimeError("torchtpu: this tensor's fused graph failed earlier; its value is lost")
+            return ~value.index
+        if value is None:
+            return None
+        if isinstance(value, jax.Array):
+            index = self.external_ids.get(id(value))
+            if index is not None:
+                return index
+            self.external_ids[id(value)] = len(self.externals)
+        self.externals.append(value)
+        return len(self.externals) - 1
+
+    def new_value(self, shape, dtype) -> tensor.Deferred:
+        value = tensor.Deferred(self.serial, len(self.values), tuple(shape), dtype)
+        self.values.append(value)
+        return value
+
+
+_graph = _Graph()
+tensor._flush_pending = lambda cause: flush(cause)
+
+
+def pending_ops() -> int:
+    return len(_graph.steps)
+
+
+def record(plan, program, dynamic):
+    """The fused launcher: append the op's program and return Deferred results."""
+    if len(_graph.steps) >= _max_ops:
+        flush("size limit")
+        dynamic = [_materialized(v) for v in dynamic]
+    graph = _graph
+    refs = tuple(graph.ref(v) for v in dynamic)
+    outs, positions = [], []
+    if program.fresh_outputs:
+        for position, meta in enumerate(program.out_metas):
+            if meta is None:
+                outs.append(None)
+            else:
+                outs.append(graph.new_value(meta[0], dtypes.to_jax(meta[2])))
+                positions.append(position)
+    written, written_slots = {}, []
+    for slot, layout in program.written_layouts.items():
+        dtype = program.written_dtypes[slot]
+        if dtype is None:  # an empty write into a storage never written: it stays empty
+            written[slot] = None
+            continue
+        written[slot] = graph.new_value(layout[0], dtype)
+        written_slots.append(slot)
+    graph.steps.append((program.pure, refs, tuple(positions), tuple(written_slots)))
+    graph.key.append((program, refs))
+    return outs, written
+
+
+# ---- running the pending graph ---------------------------------------------------------
+
+_COMPILED: dict = {}  # graph key -> jitted composed function, oldest first
+_MAX_COMPILED = 1024
+
+
+def flush(cause: str | None = None) -> None:
+    """Run the pending graph, if any, and store its results in their buffers."""
+    global _graph
+    graph = _graph
+    if not graph.steps:
+        return
+    _graph = _Graph()
+    stats.graph_breaks[host_read_cause(cause)] += 1
+    live = [v for v in graph.values if _holder(v) is not None]
+    donate = _donatable(graph.externals, live)
+    key = (tuple(graph.key), tuple(v.index for v in live), donate)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        fn = _COMPILED[key] = jax.jit(_compose(graph.steps, [v.index for v in live]), donate_argnums=donate)
+        if len(_COMPILED) > _MAX_COMPILED:
+            del _COMPILED[next(iter(_COMPILED))]
+    else:
+        stats.fused["graph cache hits"] += 1
+    stats.fused["graphs run"] += 1
+    stats.fused["ops fused"] += len(graph.steps)
+    stats.fused["buffers donated"] += len(donate)
+    with tensor.x64(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        results = fn(*graph.externals)
+    for value, array in zip(live, results):
+        buffer = _holder(value)
+        if buffer is not None:
+            buffer.set(array, buffer.layout)
+
+
+def _materialized(value):
+    """After a flush, the array that replaced a Deferred the op had already read from its buffer."""
+    if type(value) is tensor.Deferred:
+        return value.owner()._value
+    return value
+
+
+def _holder(value):
+    """The Buffer that still holds ``value``, or None if it was overwritten or freed."""
+    owner = value.owner
+    buffer = None if owner is None else owner()
+    return buffer if buffer is not None and buffer._value is value else None
+
+
+def _compose(steps, live):
+    """One pure function running every recorded program in order; returns the live values."""
+
+    def composed(*externals):
+        stats.fused["graphs compiled"] += 1  # runs only while jax traces, i.e. per compile
+        stats.compiles["fused graph"] += 1
+        values = []
+        for program, refs, positions, written_slots in steps:
+            args = [None if r is None else (externals[r] if r >= 0 else values[~r]) for r in refs]
+            outs, written = program(*args)
+            values.extend(outs[p] for p in positions)
+            values.extend(written[s] for s in written_slots)
+        return [values[i] for i in live]
+
+    return composed
+
+
+# References to an external array when only the graph holds it: the graph's
+# list, the loop variable and getrefcount's own argument.
+_UNSHARED_REFCOUNT = 3
+
+
+def _donatable(externals, live) -> tuple:
+    """Indices of input arrays nothing else references, each matched to a result of its shape and dtype."""
+    wanted = {}
+    for value in live:
+        aval = (value.shape, value.dtype)
+        wanted[aval] = wanted.get(aval, 0) + 1
+    donate = []
+    for i in range(len(externals)):
+        array = externals[i]
+        if not isinstance(array, jax.Array):
+            continue
+        aval = (array.shape, array.dtype)
+        if wanted.get(aval) and sys.getrefcount(array) <= _UNSHARED_REFCOUNT:
+            wanted[aval] -= 1
+            donate.append(i)
+    return tuple(donate)
+
+
+# ---- what made us flush -------------------------------------------------------------
+
+# Innermost torchtpu function on the stack -> the host sync it stands for.
+_CAUSES = {
+    "local_scalar_dense": "item",  # .item(), float(), int(), bool()
+    "equal": "equal",
+    "copy_": "cpu",  # .cpu(), .to("cpu"), .tolist(), .numpy() after .cpu()
+    "to_copy": "cpu",
+    "run_on_host": "cpu fallback",
+    "synchronize": "synchronize",
+}
+
+
+def host_read_cause(given: str | None = None) -> str:
+    """Name the host sync that is reading device data: printing, else ``given``, else from the stack."""
+    frame = sys._getframe(1)
+    named = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith("_tensor_str.py"):
+            return "print"
+        if named is None and "torchtpu" in code.co_filename:
+            named = _CAUSES.get(code.co_name)
+        frame = frame.f_back
+    return given or named or "host read"
