@@ -25,7 +25,7 @@ class Plan:
     kind: str  # "functional", "inplace" or "out"
     mutated: tuple  # (position, name) of each argument written to, in result order
     arg_names: tuple  # names of the functional op's arguments
-    returns: str  # the shape of the op's return value: "tensor", "list" or "tuple"
+    returns: str  # the shape of the op's return value: "tensor", "list", "tuple" or "none"
 
 
 def _mutated_args(op) -> tuple:
@@ -87,6 +87,8 @@ def plan_for(op) -> Plan | None:
 
 def _return_shape(op) -> str:
     schema_returns = op._schema.returns
+    if not schema_returns:
+        return "none"
     if len(schema_returns) == 1:
         return "list" if str(schema_returns[0].type) == "List[Tensor]" else "tensor"
     return "tuple"

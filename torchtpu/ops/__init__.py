@@ -13,3 +13,4 @@ from . import (  # noqa: F401
     rnn,
     shape,
 )
+from . import foreach  # noqa: F401,E402  (after the per-tensor lowerings it maps onto)

@@ -110,6 +110,21 @@ def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.ones(tuple(size), _jax_dtype(dtype) or jnp.float32)
 
 
+@lower(aten.full_like.default)
+def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.full(self.shape, fill_value, _jax_dtype(dtype) or self.dtype)
+
+
+@lower(aten.zeros_like.default)
+def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.zeros(self.shape, _jax_dtype(dtype) or self.dtype)
+
+
+@lower(aten.ones_like.default)
+def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.ones(self.shape, _jax_dtype(dtype) or self.dtype)
+
+
 @lower(aten.scalar_tensor.default)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.asarray(s)

@@ -75,8 +75,10 @@ def _first_out_of_range(index, size):
 
 
 def _check_in_range(self_shape, indices):
+    """CPU's IndexError for an out-of-range index, in eager mode.  Inside a compiled
+    graph the values are not known yet; there, as on CUDA, the check is skipped."""
     for dim, index in enumerate(indices):
-        if index is None or index.size == 0:
+        if index is None or index.size == 0 or isinstance(index, jax.core.Tracer):
             continue
         size = self_shape[dim]
         bad, value = _first_out_of_range(index, jnp.asarray(size, index.dtype))

@@ -1,0 +1,196 @@
+"""torch.compile(backend="tpu"): compiled programs match CPU eager, and compiles are counted.
+
+Each model from test_models.py trains for a few steps with the whole step
+(forward, loss, backward, optimizer.step) under torch.compile on tpu, and
+its losses and parameters must match the same steps run eagerly on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from oracle import assert_same
+from test_models import CNN, GPT, OPTIMIZERS, Recurrent, classification_loss, lm_batches, lm_loss, random_batches
+
+from torchtpu.runtime import compile_cache
+
+STEPS = 4
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def train_steps(model, optimizer_name, batches, loss_fn, compiled):
+    optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+
+    def step(*batch):
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    if compiled:
+        step = torch.compile(step, backend="tpu")
+    return torch.stack([step(*b) for b in batches])
+
+
+def compare_compiled_training(make_model, optimizer_name, batches, loss_fn):
+    torch.manual_seed(0)
+    model = make_model()
+    device_model = copy.deepcopy(model).to("tpu")
+    expected = train_steps(model, optimizer_name, batches, loss_fn, compiled=False)
+    before = compile_cache.stats()
+    actual = train_steps(device_model, optimizer_name, [tuple(t.to("tpu") for t in b) for b in batches],
+                         loss_fn, compiled=True)
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-6)
+    for (name, p_cpu), p_tpu in zip(model.named_parameters(), device_model.parameters()):
+        torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-3, atol=1e-4, msg=name)
+    after = compile_cache.stats()
+    return after["misses"] - before["misses"], after["hits"] - before["hits"]
+
+
+@pytest.mark.parametrize("make_model,optimizer_name,batches,loss_fn", [
+    pytest.param(lambda: GPT(), "adamw", lm_batches(steps=STEPS), lm_loss, id="gpt-adamw"),
+    pytest.param(lambda: GPT(norm=nn.RMSNorm, kv_heads=2), "sgd_nesterov", lm_batches(steps=STEPS), lm_loss,
+                 id="gpt-gqa-rmsnorm-sgd"),
+    pytest.param(CNN, "adam", random_batches(lambda g: torch.randn(8, 3, 8, 8, generator=g), 4, steps=STEPS),
+                 classification_loss, id="cnn-adam"),
+    pytest.param(lambda: Recurrent(nn.LSTM), "rmsprop",
+                 random_batches(lambda g: torch.randn(8, 5, 6, generator=g), 3, steps=STEPS),
+                 classification_loss, id="lstm-rmsprop"),
+])
+def test_compiled_training_step_matches_cpu(make_model, optimizer_name, batches, loss_fn):
+    fallbacks = sum(compile_cache.graph_fallbacks.values())
+    misses, hits = compare_compiled_training(make_model, optimizer_name, batches, loss_fn)
+    assert sum(compile_cache.graph_fallbacks.values()) == fallbacks, "a graph ran op by op instead of compiled"
+    # Each graph (forward, backward, optimizer) compiles once; later steps hit the cache.
+    assert misses > 0 and hits >= misses
+
+
+def test_later_steps_do_not_recompile():
+    torch.manual_seed(0)
+    model = GPT().to("tpu")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    @torch.compile(backend="tpu")
+    def step(idx, targets):
+        loss = lm_loss(model, idx, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    batches = [tuple(t.to("tpu") for t in b) for b in lm_batches(steps=5)]
+    for b in batches[:2]:
+        step(*b)
+    before = compile_cache.stats()
+    for b in batches[2:]:
+        step(*b)
+    after = compile_cache.stats()
+    assert after["misses"] == before["misses"], "steps 3-5 recompiled"
+    assert after["hits"] > before["hits"]
+
+
+def test_inference_and_graph_break_match_cpu():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).eval()
+    device_model = copy.deepcopy(model).to("tpu")
+    x = torch.randn(5, 8)
+
+    def program(m, x):
+        h = m[0](x)
+        if h.sum() > 0:  # data-dependent control flow: a graph break, the rest runs in two graphs
+            h = h * 2
+        print("graph break", end="")  # a print is a graph break as well
+        return m[2](m[1](h)).softmax(-1)
+
+    with torch.no_grad():
+        expected = program(model, x)
+        actual = torch.compile(program, backend="tpu")(device_model, x.to("tpu"))
+    assert_same(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_false_compiles_once_per_shape():
+    def f(x, w):
+        return torch.tanh(x @ w).sum(0)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=False)
+    w = torch.randn(4, 3)
+    counts = []
+    for rows in (2, 5, 2, 5, 7):
+        before = compile_cache.stats()["misses"]
+        x = torch.randn(rows, 4)
+        assert_same(compiled(x.to("tpu"), w.to("tpu")), f(x, w), rtol=1e-5, atol=1e-6)
+        counts.append(compile_cache.stats()["misses"] - before)
+    assert counts == [1, 1, 0, 0, 1]
+
+
+def test_recompiles_are_logged_with_the_reason(monkeypatch, caplog):
+    monkeypatch.setenv("TORCHTPU_LOG_RECOMPILES", "1")
+    torch.tpu.precision("highest")
+
+    @torch.compile(backend="tpu", dynamic=False)
+    def f(x):
+        return x.exp() + 1
+
+    x = torch.randn(3, 4, device="tpu")
+    f(x)
+    with caplog.at_level(logging.WARNING, logger="torchtpu.recompiles"):
+        with torch.tpu.precision("default"):
+            f(x)  # same graph, another precision: the program is rebuilt
+    assert any("precision=highest -> precision=default" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="torchtpu.recompiles"):
+        f(torch.randn(5, 4, device="tpu"))
+    assert any("input 0: ((3, 4), torch.float32) -> ((5, 4), torch.float32)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_dropout_in_compiled_graph_is_reproducible_under_seed():
+    @torch.compile(backend="tpu")
+    def f(x):
+        return F.dropout(x, 0.5, training=True) + F.dropout(x, 0.5, training=True)
+
+    x = torch.ones(32, 32, device="tpu")
+    torch.manual_seed(7)
+    a = f(x).cpu()
+    b = f(x).cpu()
+    torch.manual_seed(7)
+    c = f(x).cpu()
+    assert torch.equal(a, c), "the same seed gives the same masks"
+    assert not torch.equal(a, b), "the stream advances between calls"
+    assert set(a.unique().tolist()) <= {0.0, 2.0, 4.0}
+    assert 0.3 < (a == 2.0).float().mean().item() < 0.7, "two independent masks per call"
+
+
+def test_op_without_lowering_falls_back_to_eager(monkeypatch):
+    from torchtpu.ops.registry import LOWERINGS
+
+    cos = torch.ops.aten.cos.default
+    monkeypatch.delitem(LOWERINGS, cos)  # as if cos had no lowering: the graph cannot be compiled
+    monkeypatch.setattr("torchtpu.compile.backend._decompositions", lambda: {})
+
+    def f(x):
+        return torch.cos(x) * 2
+
+    x = torch.randn(6)
+    with pytest.warns(UserWarning, match="aten.cos.default"):
+        actual = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert_same(actual, f(x))
+    assert any("aten.cos.default" in reason for reason in compile_cache.graph_fallbacks)
+
+
+def test_compile_cache_stats_shape():
+    stats = torch.tpu.compile_cache_stats()
+    assert set(stats) >= {"requests", "hits", "misses", "compile_seconds"}
+    assert stats["requests"] == stats["hits"] + stats["misses"]

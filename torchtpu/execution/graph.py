@@ -1,0 +1,166 @@
+"""An FX graph of ATen ops as one pure jax function, built from the lowering table.
+
+The graph executors (``torch.compile(backend="tpu")`` now, fused eager
+later) share this: every node becomes its lowering called on jax values, so
+one lowering serves eager and graph execution alike.
+
+View ops have no lowering of their own, because eager execution makes views
+with PyTorch's metadata kernels.  In a graph a view is just a value: it is
+computed by the lowering of the op's copying twin (``aten.t`` ->
+``aten.t_copy``) where there is one, and otherwise read through the layout
+the graph's metadata gives it, like any strided view of a storage.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import jax
+import torch
+
+from .. import dtypes, tensor
+from ..ops.registry import LOWERINGS
+
+aten = torch.ops.aten
+
+# Size queries a graph makes about its tensors: answered from the traced value.
+_SIZE_QUERIES = {
+    aten.sym_size.int: lambda x, dim: x.shape[dim],
+    aten.sym_numel.default: lambda x: math.prod(x.shape),
+    aten.sym_storage_offset.default: lambda x: 0,
+}
+
+
+# Ops whose values are undefined (``empty``): a graph gives them zeros of the right shape.
+_UNINITIALIZED = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+                  aten.new_empty.default, aten.new_empty_strided.default}
+
+
+class UnsupportedGraph(NotImplementedError):
+    """The graph holds ops that no lowering covers."""
+
+
+def _copying_twin(op):
+    """``aten.t.default`` -> ``aten.t_copy.default``, when that has a lowering."""
+    packet = getattr(aten, op._schema.name.split("::")[1] + "_copy", None)
+    twin = getattr(packet, op._overloadname, None) if packet is not None else None
+    return twin if twin in LOWERINGS else None
+
+
+def _is_view(op) -> bool:
+    return isinstance(op, torch._ops.OpOverload) and op.is_view
+
+
+def unsupported_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """The ops in ``gm`` that cannot be lowered, by name."""
+    missing = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload):
+            if isinstance(op, torch._ops.HigherOrderOperator):
+                missing.add(str(op))
+            continue
+        if op in LOWERINGS:
+            if LOWERINGS[op].writes:  # functional graphs carry no in-place updates
+                missing.add(str(op))
+        elif not (_is_view(op) or op in _SIZE_QUERIES or op in _UNINITIALIZED):
+            missing.add(str(op))
+    return sorted(missing)
+
+
+def _layout(fake) -> tuple:
+    return (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
+
+
+def _read_view(node, value):
+    """A view with no copying twin: read the input's storage through the view's layout."""
+    source, out = node.args[0].meta["val"], node.meta["val"]
+    nbytes = source.untyped_storage().nbytes()
+    return tensor.view_of(value, _layout(source), _layout(out), dtypes.to_jax(out.dtype), nbytes)
+
+
+def _conform(value, meta):
+    """A lowering's result, cast to the dtype and shape the graph's metadata gives."""
+    if not isinstance(meta, torch.Tensor):
+        return value
+    value = jax.numpy.asarray(value)
+    want = dtypes.to_jax(meta.dtype)
+    if value.dtype != want:
+        value = value.astype(want)
+    if value.shape != tuple(meta.shape):
+        value = jax.numpy.broadcast_to(value, tuple(meta.shape))
+    return value
+
+
+def _conform_all(result, meta):
+    if isinstance(result, (list, tuple)):
+        return type(result)(_conform_all(r, m) for r, m in zip(result, meta))
+    return _conform(result, meta)
+
+
+def _constant(value):
+    """A tensor attribute of the graph module (a lifted constant) as a jax array."""
+    if value.device.type == "tpu":
+        return tensor.read(value)
+    with tensor.x64():
+        return jax.numpy.asarray(dtypes.torch_to_numpy(value))
+
+
+def _call(node, args, kwargs, key):
+    op = node.target
+    if op is operator.getitem or not isinstance(op, torch._ops.OpOverload):
+        return op(*args, **kwargs)  # getitem, and Python arithmetic on sizes
+    if op in _SIZE_QUERIES:
+        return _SIZE_QUERIES[op](*args, **kwargs)
+    if op in _UNINITIALIZED:
+        meta = node.meta["val"]
+        return jax.numpy.zeros(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+    lowering = LOWERINGS.get(op)
+    if lowering is None and _is_view(op):
+        twin = _copying_twin(op)
+        if twin is None:
+            return _read_view(node, args[0])
+        lowering = LOWERINGS[twin]
+    if lowering is None:
+        raise UnsupportedGraph(f"torchtpu: no lowering for {op} in a compiled graph")
+    if lowering.random:
+        kwargs = {**kwargs, "key": jax.random.fold_in(key, node.meta["torchtpu_index"])}
+    return _conform_all(lowering.fn(*args, **kwargs), node.meta.get("val"))
+
+
+def to_jax_function(gm: torch.fx.GraphModule):
+    """``fn(inputs, seed, offset) -> outputs``: the graph on jax values (pure, jittable).
+
+    ``inputs`` holds a jax array for each tensor placeholder and the Python
+    value for every other one (sizes); ``outputs`` mirrors the graph's output.
+    """
+    missing = unsupported_ops(gm)
+    if missing:
+        raise UnsupportedGraph("torchtpu: no lowering for " + ", ".join(missing))
+    for index, node in enumerate(gm.graph.nodes):
+        node.meta["torchtpu_index"] = index
+    nodes = list(gm.graph.nodes)
+
+    def fn(inputs, seed, offset):
+        key = jax.random.fold_in(jax.random.key(seed), offset)
+        env = {}
+        inputs = iter(inputs)
+
+        def value(arg):
+            return torch.fx.node.map_arg(arg, lambda n: env[n])
+
+        for node in nodes:
+            if node.op == "placeholder":
+                env[node] = next(inputs)
+            elif node.op == "get_attr":
+                env[node] = _constant(operator.attrgetter(node.target)(gm))
+            elif node.op == "call_function":
+                env[node] = _call(node, value(node.args), value(node.kwargs), key)
+            elif node.op == "output":
+                return value(node.args[0])
+        raise AssertionError("graph without an output node")
+
+    return fn
