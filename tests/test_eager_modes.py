@@ -190,17 +190,19 @@ def test_mlp_training_with_adamw_matches_strict_and_cpu():
 
 
 def test_fused_training_step_compiles_once():
-    """Step 1 creates AdamW's state, so its graph differs; every later step reuses step 2's program."""
+    """Each optimizer step ends a graph.  Step 1 creates AdamW's state, so its graph differs;
+    from step 2 on every step reuses one compiled program."""
     compiles_after_step = []
+    breaks_before = torch.tpu.graph_break_stats().get("optimizer step", 0)
 
-    def on_step(step):
-        torch.tpu.synchronize()  # one graph per step, as a loop that logs its loss would have
+    def on_step(step):  # no host sync in the loop: the optimizer step alone cuts the graph
         compiles_after_step.append(sum(torch.tpu.compile_stats().values()))
 
     with torch.tpu.eager_mode(FUSED):
         _mlp_training("tpu", 6, on_step)
     steady = compiles_after_step[1:]
     assert steady == [steady[0]] * len(steady), f"compiles after each step: {compiles_after_step}"
+    assert torch.tpu.graph_break_stats()["optimizer step"] - breaks_before == 6
     assert torch.tpu.fused_stats()["graph cache hits"] >= 4
 
 

@@ -11,8 +11,8 @@ its wiring, so a training step that repeats compiles once.
 
 A flush happens when anything needs real data (``Buffer.array``: ``.item()``,
 ``.cpu()``, printing, ``bool()``, data-dependent ops, the CPU fallback), at
-``torch.tpu.synchronize()``, when the graph reaches ``max_ops`` ops, and
-when the mode changes.  Each is counted by cause in ``stats.graph_breaks``.
+``torch.tpu.synchronize()``, after each ``optimizer.step()``, when the graph
+reaches ``max_ops`` ops, and when the mode changes.  Each is counted by cause in ``stats.graph_breaks``.
 
 Only values still held by a tensor's storage leave the program; temporaries
 stay inside XLA's fusion.  Input arrays that the graph replaced and that
@@ -46,6 +46,9 @@ def get_max_ops() -> int:
     return _max_ops
 
 
+_NUMBERS = (int, float, complex, bool)  # runtime scalars: op arguments, RNG seeds and offsets
+
+
 class _Graph:
     """The pending ops: per-op programs, how their inputs are wired, and the values they make."""
 
@@ -69,7 +72,7 @@ class _Graph:
             return ~value.index
         if value is None:
             return None
-        if isinstance(value, jax.Array):
+        if type(value) not in _NUMBERS:  # an array: pass each one once
             index = self.external_ids.get(id(value))
             if index is not None:
                 return index
@@ -87,12 +90,35 @@ _graph = _Graph()
 tensor._flush_pending = lambda cause: flush(cause)
 
 
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    """End the graph at each optimizer step, so every training step is the same graph.
+
+    Without it, a loop that syncs rarely is cut only by the size limit, at a
+    different op each step, and each cut is a new graph to compile.
+    """
+    if _graph.steps:
+        flush("optimizer step")
+
+
+_hooked = []
+
+
+def _hook_optimizers() -> None:
+    """Done at the first recorded op: torch.optim cannot be imported while torch imports us."""
+    if not _hooked:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _hooked.append(register_optimizer_step_post_hook(_after_optimizer_step))
+
+
 def pending_ops() -> int:
     return len(_graph.steps)
 
 
 def record(plan, program, dynamic):
     """The fused launcher: append the op's program and return Deferred results."""
+    if not _hooked:
+        _hook_optimizers()
     if len(_graph.steps) >= _max_ops:
         flush("size limit")
         dynamic = [_materialized(v) for v in dynamic]
@@ -132,7 +158,7 @@ def flush(cause: str | None = None) -> None:
     if not graph.steps:
         return
     _graph = _Graph()
-    stats.graph_breaks[host_read_cause(cause)] += 1
+    stats.graph_breaks[cause if cause in _OWN_CAUSES else host_read_cause(cause)] += 1
     live = [v for v in graph.values if _holder(v) is not None]
     donate = _donatable(graph.externals, live)
     key = (tuple(graph.key), tuple(v.index for v in live), donate)
@@ -200,7 +226,7 @@ def _donatable(externals, live) -> tuple:
     donate = []
     for i in range(len(externals)):
         array = externals[i]
-        if not isinstance(array, jax.Array):
+        if type(array) in _NUMBERS:
             continue
         aval = (array.shape, array.dtype)
         if wanted.get(aval) and sys.getrefcount(array) <= _UNSHARED_REFCOUNT:
@@ -211,6 +237,8 @@ def _donatable(externals, live) -> tuple:
 
 # ---- what made us flush -------------------------------------------------------------
 
+# Flushes that are never part of printing: no need to look at the stack.
+_OWN_CAUSES = {"optimizer step", "synchronize", "size limit", "mode change"}
 # Innermost torchtpu function on the stack -> the host sync it stands for.
 _CAUSES = {
     "local_scalar_dense": "item",  # .item(), float(), int(), bool()
