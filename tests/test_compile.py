@@ -101,6 +101,33 @@ def test_later_steps_do_not_recompile():
     assert after["hits"] > before["hits"]
 
 
+@pytest.mark.parametrize("capturable", [False, True])
+def test_compiled_optimizer_updates_parameters_in_place(capturable):
+    torch.manual_seed(0)
+    params = [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
+    device_params = [p.detach().to("tpu").requires_grad_() for p in params]
+    optimizers = [torch.optim.Adam(ps, lr=0.1, capturable=capturable and ps is device_params)
+                  for ps in (params, device_params)]
+    ptrs = [p.data_ptr() for p in device_params]
+    versions = [p._version for p in device_params]
+    before = compile_cache.stats()
+    step = torch.compile(optimizers[1].step, backend="tpu")
+    for k in range(3):
+        for p, q in zip(params, device_params):
+            p.grad = torch.full_like(p, k + 1.0)
+            q.grad = p.grad.to("tpu")
+        optimizers[0].step()
+        step()
+    for p, q, ptr, version in zip(params, device_params, ptrs, versions):
+        assert_same(q.detach(), p.detach(), rtol=1e-5, atol=1e-6)
+        assert q.data_ptr() == ptr, "the parameter keeps its storage"
+        assert q._version > version, "autograd sees the in-place update"
+    for p, q in zip(params, device_params):
+        assert float(optimizers[1].state[q]["step"]) == float(optimizers[0].state[p]["step"]) == 3.0
+    if capturable:  # parameters and state live on the device: their old arrays are donated
+        assert compile_cache.stats()["donated_inputs"] > before["donated_inputs"]
+
+
 def test_inference_and_graph_break_match_cpu():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).eval()
@@ -192,5 +219,5 @@ def test_op_without_lowering_falls_back_to_eager(monkeypatch):
 
 def test_compile_cache_stats_shape():
     stats = torch.tpu.compile_cache_stats()
-    assert set(stats) >= {"requests", "hits", "misses", "compile_seconds"}
+    assert set(stats) >= {"requests", "hits", "misses", "compile_seconds", "donated_inputs"}
     assert stats["requests"] == stats["hits"] + stats["misses"]

@@ -377,6 +377,14 @@ def read(t: torch.Tensor) -> jax.Array:
         return _reader(buf.layout, layout, dtype, t.untyped_storage().nbytes())(array)
 
 
+def holds_whole_buffer(t: torch.Tensor) -> bool:
+    """``read(t)`` is the storage's own array, with no view to apply: a program that
+    overwrites ``t`` may donate that array."""
+    buf = buffer_of(t)
+    array = buf.array
+    return array is not None and buf.layout == layout_of(t) and array.dtype == dtypes.to_jax(t.dtype)
+
+
 @functools.lru_cache(maxsize=4096)
 def _writer(src_layout, dst_layout, nbytes):
     return jax.jit(lambda a, v: with_view_written(a, src_layout, dst_layout, v, nbytes))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 import warnings
@@ -53,13 +54,19 @@ def _signature(value):
 
 
 class CompiledGraph:
-    """One AOTAutograd graph: a jitted program per input signature (shapes, dtypes, sizes)."""
+    """One AOTAutograd graph: a jitted program per input signature (shapes, dtypes, sizes).
+
+    Inputs the graph overwrites (an optimizer's parameters and state) are
+    updated in place after the call, and their old arrays are donated to the
+    program when nothing else can see them, so memory does not double.
+    """
 
     def __init__(self, gm: torch.fx.GraphModule, name: str):
         self.name = name
         self.gm = gm
         self.eager = False  # set when the graph cannot be traced: it then runs op by op
         self.fn = graph.to_jax_function(gm)
+        self.mutated = graph.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)
         self.programs = {}  # signature -> (compiled program, constant outputs)
         # Dynamo re-traces a frame when a static shape changes: the same code
@@ -70,14 +77,15 @@ class CompiledGraph:
         if self.eager:
             return self.gm(*args)
         inputs = [_device_value(a) for a in args]
-        signature = (tuple(_signature(a) for a in inputs), (f"precision={precision.current}",))
+        donated = _donatable(inputs, self.mutated)
+        signature = (tuple(_signature(a) for a in inputs), (f"precision={precision.current}", f"donate={donated}"))
         entry = self.programs.get(signature)
         arrays = [tensor.read(a) for a in inputs if isinstance(a, torch.Tensor)]
         seed, offset = rng.next_seed_and_offset()
         numbers = (np.int64(seed % (1 << 32)), np.int64(offset))
         if entry is None:
             try:
-                entry = self.programs[signature] = self._compile(inputs, arrays, numbers, signature)
+                entry = self.programs[signature] = self._compile(inputs, arrays, numbers, signature, donated)
             except _UNTRACEABLE as error:  # a data-dependent op, say: run this graph eagerly
                 _fall_back(self.name, f"{type(error).__name__}: {str(error).splitlines()[0]}")
                 self.eager = True
@@ -86,11 +94,15 @@ class CompiledGraph:
             compile_cache.record_hit()
         program, constants = entry
         with tensor.x64():
-            results = iter(program(arrays, *numbers))
+            results, new_values = program(*arrays, *numbers)
+        compile_cache.record_donations(len(donated))
+        for position, array in zip(self.mutated, new_values):
+            _write_back(args[position], inputs[position], array)
+        results = iter(results)
         outputs = [next(results) if c is _ARRAY else c for c in constants]
         return [_wrap(o, meta) for o, meta in zip(outputs, self.out_metas)]
 
-    def _compile(self, inputs, arrays, numbers, signature):
+    def _compile(self, inputs, arrays, numbers, signature, donated):
         previous = _LAST_SIGNATURE.get(self.code_key)
         if previous is not None and compile_cache.log_recompiles():
             compile_cache.log.warning("torchtpu: recompiling the %s graph: %s", self.name,
@@ -99,18 +111,39 @@ class CompiledGraph:
         statics = [None if isinstance(a, torch.Tensor) else a for a in inputs]
         constants = []
 
-        def traced(arrays, seed, offset):
+        def traced(*arrays_and_numbers):
+            *arrays, seed, offset = arrays_and_numbers
             values = iter(arrays)
-            outs = self.fn([next(values) if s is None else s for s in statics], seed, offset)
+            outs, new_values = self.fn([next(values) if s is None else s for s in statics], seed, offset)
             constants[:] = [_ARRAY if isinstance(o, jax.Array) else o for o in outs]
-            return [o for o in outs if isinstance(o, jax.Array)]
+            return [o for o in outs if isinstance(o, jax.Array)], new_values
 
+        array_positions = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+        donate = tuple(k for k, i in enumerate(array_positions) if i in donated)
         start = time.perf_counter()
         with tensor.x64():
-            program = jax.jit(traced).lower(arrays, *numbers).compile()
+            program = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers).compile()
         compile_cache.record_miss(time.perf_counter() - start)
         stats.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
+
+
+def _write_back(original, on_device, array) -> None:
+    """Store an overwritten input's new value, as the graph's ``copy_`` would have."""
+    if original is on_device:
+        tensor.write(original, array)
+        torch.autograd.graph.increment_version(original)
+    else:  # a CPU scalar, such as a non-capturable optimizer's step count: a host sync
+        original.copy_(tensor.from_array(array, original.dtype))
+
+
+def _donatable(inputs, mutated) -> tuple:
+    """The overwritten inputs whose arrays only they can see: alone in their storage, viewing all of it."""
+    storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
+    return tuple(
+        i for i in mutated
+        if storages[inputs[i].untyped_storage()._cdata] == 1 and tensor.holds_whole_buffer(inputs[i])
+    )
 
 
 _LAST_SIGNATURE: dict = {}  # (graph kind, graph code) -> the signature it last compiled for
@@ -164,6 +197,6 @@ def tpu_backend(gm, example_inputs, **kwargs):
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
         decompositions=_decompositions(),
-        keep_inference_input_mutations=False,
+        keep_inference_input_mutations=True,  # the graph updates its inputs itself (CompiledGraph)
     )
     return backend(gm, example_inputs, **kwargs)

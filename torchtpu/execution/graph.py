@@ -63,7 +63,10 @@ def unsupported_ops(gm: torch.fx.GraphModule) -> list[str]:
             if isinstance(op, torch._ops.HigherOrderOperator):
                 missing.add(str(op))
             continue
-        if op in LOWERINGS:
+        if op is aten.copy_.default:
+            if node.args[0].op != "placeholder":
+                missing.add("aten.copy_ into an intermediate value")
+        elif op in LOWERINGS:
             if LOWERINGS[op].writes:  # functional graphs carry no in-place updates
                 missing.add(str(op))
         elif not (_is_view(op) or op in _SIZE_QUERIES or op in _UNINITIALIZED):
@@ -131,11 +134,21 @@ def _call(node, args, kwargs, key):
     return _conform_all(lowering.fn(*args, **kwargs), node.meta.get("val"))
 
 
+def mutated_inputs(gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the placeholders the graph overwrites (``copy_`` into an input:
+    AOTAutograd's in-place updates, such as an optimizer's parameters)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = {n.args[0] for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.copy_.default}
+    return [i for i, n in enumerate(placeholders) if n in written]
+
+
 def to_jax_function(gm: torch.fx.GraphModule):
-    """``fn(inputs, seed, offset) -> outputs``: the graph on jax values (pure, jittable).
+    """``fn(inputs, seed, offset) -> (outputs, new values)``: the graph on jax values (pure, jittable).
 
     ``inputs`` holds a jax array for each tensor placeholder and the Python
-    value for every other one (sizes); ``outputs`` mirrors the graph's output.
+    value for every other one (sizes); ``outputs`` mirrors the graph's output,
+    and ``new values`` holds the final value of each input that
+    ``mutated_inputs(gm)`` names, in that order.
     """
     missing = unsupported_ops(gm)
     if missing:
@@ -143,24 +156,26 @@ def to_jax_function(gm: torch.fx.GraphModule):
     for index, node in enumerate(gm.graph.nodes):
         node.meta["torchtpu_index"] = index
     nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    mutated = [placeholders[i] for i in mutated_inputs(gm)]
 
     def fn(inputs, seed, offset):
         key = jax.random.fold_in(jax.random.key(seed), offset)
-        env = {}
-        inputs = iter(inputs)
+        env = dict(zip(placeholders, inputs))
 
         def value(arg):
             return torch.fx.node.map_arg(arg, lambda n: env[n])
 
         for node in nodes:
-            if node.op == "placeholder":
-                env[node] = next(inputs)
-            elif node.op == "get_attr":
+            if node.op == "get_attr":
                 env[node] = _constant(operator.attrgetter(node.target)(gm))
+            elif node.op == "call_function" and node.target is aten.copy_.default:
+                target, source = node.args[0], value(node.args[1])
+                env[node] = env[target] = _conform(source, target.meta["val"])
             elif node.op == "call_function":
                 env[node] = _call(node, value(node.args), value(node.kwargs), key)
             elif node.op == "output":
-                return value(node.args[0])
+                return value(node.args[0]), [env[n] for n in mutated]
         raise AssertionError("graph without an output node")
 
     return fn

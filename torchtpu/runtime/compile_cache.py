@@ -14,7 +14,7 @@ import threading
 
 log = logging.getLogger("torchtpu.recompiles")
 _lock = threading.Lock()
-_counts = {"requests": 0, "hits": 0, "misses": 0, "compile_seconds": 0.0}
+_counts = {"requests": 0, "hits": 0, "misses": 0, "compile_seconds": 0.0, "donated_inputs": 0}
 graph_fallbacks = collections.Counter()  # why a compiled graph runs op by op instead -> count
 
 
@@ -31,6 +31,11 @@ def record_miss(seconds: float) -> None:
         _counts["compile_seconds"] += seconds
 
 
+def record_donations(count: int) -> None:
+    with _lock:
+        _counts["donated_inputs"] += count
+
+
 def stats() -> dict:
     with _lock:
         return dict(_counts)
@@ -38,7 +43,7 @@ def stats() -> dict:
 
 def reset() -> None:
     with _lock:
-        _counts.update(requests=0, hits=0, misses=0, compile_seconds=0.0)
+        _counts.update(requests=0, hits=0, misses=0, compile_seconds=0.0, donated_inputs=0)
 
 
 def log_recompiles() -> bool:
