@@ -127,3 +127,13 @@ def test_tril_triu_indices(row, col, offset):
     same(torch.tril_indices, row, col, offset)
     same(torch.triu_indices, row, col, offset)
     same(torch.tril_indices, row, col, offset, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("make", [
+    torch.zeros_like, lambda a: torch.ones_like(a, dtype=torch.int64), lambda a: torch.full_like(a, 2.5),
+    lambda a: torch.full_like(a.t(), 7, dtype=torch.int32), lambda a: torch.zeros_like(a.t()),
+    lambda a: torch.ones_like(a[:, ::2]), lambda a: a.new_zeros((2, 5)), lambda a: a.new_ones((3,), dtype=torch.int32),
+    lambda a: a.new_full((2, 2), 1.5), lambda a: a.int().new_full((2,), 7),
+], ids=lambda f: "")
+def test_like_and_new_factories_keep_dtype_and_layout(make):
+    check(make, torch.randn(3, 4), check_stride=True)

@@ -125,6 +125,21 @@ def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, me
     return jnp.ones(self.shape, _jax_dtype(dtype) or self.dtype)
 
 
+@lower(aten.new_zeros.default)
+def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), _jax_dtype(dtype) or self.dtype)
+
+
+@lower(aten.new_ones.default)
+def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.ones(tuple(size), _jax_dtype(dtype) or self.dtype)
+
+
+@lower(aten.new_full.default)
+def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.full(tuple(size), fill_value, _jax_dtype(dtype) or self.dtype)
+
+
 @lower(aten.scalar_tensor.default)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.asarray(s)

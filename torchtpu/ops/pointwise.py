@@ -5,7 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+import torch
 from jax.scipy import special as jsp
+
+from .. import dtypes
 
 from .common import Promotion, as_array, elementwise, is_complex, is_float, is_integer, promote
 from .registry import aten, lower
@@ -532,3 +535,17 @@ def softplus(x, beta=1, threshold=20):
 def softplus_backward(grad, x, beta, threshold):
     z = jnp.exp(x * beta)
     return jnp.where(x * beta > threshold, grad, grad * z / (z + 1))
+
+
+# ---- dtype conversion (graphs; eager's ``.to`` is a transfer kernel) -------------------
+
+
+@lower(aten._to_copy.default)
+def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    return self if dtype is None else self.astype(dtypes.to_jax(dtype))
+
+
+@lower(torch.ops.prims.convert_element_type.default)
+def convert_element_type(a, dtype):
+    return a.astype(dtypes.to_jax(dtype))

@@ -1,0 +1,274 @@
+"""A Llama-style model from ``transformers`` (random weights): forward and AdamW training step.
+
+Configurations, measured side by side in one process:
+
+- **cpu eager**: PyTorch's own CPU kernels;
+- **cpu inductor**: ``torch.compile(backend="inductor")`` on CPU;
+- **tpu strict / fused / compiled**: torchtpu's strict eager mode, fused
+  eager mode (``DEFER_AND_FUSE``) and ``torch.compile(backend="tpu")``;
+- **jax**: the same math written by hand in JAX under ``jax.jit`` (the
+  weights are the model's own, so its loss must equal the others'); this is
+  the ceiling for anything that runs on XLA.
+
+For each one: *cold*, the wall time to the end of the second step, compiles
+included; and *step*, the median time of the following steps (each ends with
+a device sync).  The ratio column divides by the JAX step.
+
+    .venv/bin/python bench/llama_step.py                 # ~10M parameters; writes docs/benchmarks_llama.md
+    .venv/bin/python bench/llama_step.py --size 100m     # ~100M parameters (slow on 2 cores)
+    .venv/bin/python bench/llama_step.py --quick         # fewer steps, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import functools
+import os
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import torchtpu  # noqa: F401  registers the tpu device
+
+SIZES = {
+    "10m": dict(vocab_size=16000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                num_attention_heads=8, num_key_value_heads=4),
+    "100m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                 num_attention_heads=12, num_key_value_heads=4),
+}
+LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.95), 1e-8, 0.1
+
+
+def make_model(size: str) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(**SIZES[size], max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         attn_implementation="sdpa")
+    return LlamaForCausalLM(config)
+
+
+# ---- the torch configurations ---------------------------------------------------------------------
+
+
+def torch_runner(model, device, mode, batch, train):
+    """A step function for one torch configuration; returns the loss as a float."""
+    model = copy.deepcopy(model).to(device)
+    ids, labels = (t.to(device) for t in batch)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
+                                  capturable=device == "tpu" and mode == "compiled")
+
+    def forward():
+        with torch.no_grad():
+            logits = model(ids).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+    def train_step():
+        loss = F.cross_entropy(model(ids).logits.flatten(0, 1).float(), labels.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    fn = train_step if train else forward
+    if mode in ("compiled", "inductor"):
+        fn = torch.compile(fn, backend="tpu" if mode == "compiled" else "inductor")
+    eager_mode = torch.tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else torch.tpu.EagerMode.DEFER_NEVER
+
+    def step():
+        with torch.tpu.eager_mode(eager_mode):
+            loss = fn()
+            return loss.item()  # a host sync: the step's device work is done
+
+    return step
+
+
+# ---- the same model in JAX ----------------------------------------------------------------------------
+
+
+def jax_params(model):
+    return {name: jnp.asarray(p.detach().numpy()) for name, p in model.named_parameters()}
+
+
+def jax_loss(params, ids, labels, config):
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    dim = config.hidden_size
+    head_dim = dim // heads
+    b, t = ids.shape
+
+    def rms_norm(x, weight):
+        variance = jnp.mean(x * x, axis=-1, keepdims=True)
+        return weight * (x * jax.lax.rsqrt(variance + config.rms_norm_eps))
+
+    inv_freq = 1.0 / (config.rope_parameters["rope_theta"] ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = jnp.arange(t, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    cos, sin = jnp.cos(emb), jnp.sin(emb)
+
+    def rope(x):  # (b, h, t, d)
+        half = x.shape[-1] // 2
+        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * cos + rotated * sin
+
+    x = params["model.embed_tokens.weight"][ids]
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    for i in range(config.num_hidden_layers):
+        p = lambda name: params[f"model.layers.{i}.{name}"]  # noqa: E731
+        h = rms_norm(x, p("input_layernorm.weight"))
+        q = (h @ p("self_attn.q_proj.weight").T).reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3)
+        k = (h @ p("self_attn.k_proj.weight").T).reshape(b, t, kv_heads, head_dim).transpose(0, 2, 1, 3)
+        v = (h @ p("self_attn.v_proj.weight").T).reshape(b, t, kv_heads, head_dim).transpose(0, 2, 1, 3)
+        q, k = rope(q), rope(k)
+        k, v = jnp.repeat(k, heads // kv_heads, axis=1), jnp.repeat(v, heads // kv_heads, axis=1)
+        scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(head_dim), -jnp.inf)
+        attention = jax.nn.softmax(scores, axis=-1) @ v
+        x = x + attention.transpose(0, 2, 1, 3).reshape(b, t, dim) @ p("self_attn.o_proj.weight").T
+        h = rms_norm(x, p("post_attention_layernorm.weight"))
+        gate, up = h @ p("mlp.gate_proj.weight").T, h @ p("mlp.up_proj.weight").T
+        x = x + (jax.nn.silu(gate) * up) @ p("mlp.down_proj.weight").T
+    logits = rms_norm(x, params["model.norm.weight"]) @ params["lm_head.weight"].T
+    logp = jax.nn.log_softmax(logits.reshape(b * t, -1), axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels.reshape(-1, 1), axis=1))
+
+
+def jax_runner(model, batch, train):
+    config = model.config
+    params = jax_params(model)
+    ids, labels = (jnp.asarray(t.numpy()) for t in batch)
+    state = {"params": params, "m": jax.tree.map(jnp.zeros_like, params), "v": jax.tree.map(jnp.zeros_like, params),
+             "step": jnp.zeros((), jnp.int32)}
+
+    @jax.jit
+    def forward(params):
+        return jax_loss(params, ids, labels, config)
+
+    @functools.partial(jax.jit, donate_argnums=(0,))  # the old state's buffers are reused
+    def train_step(state):
+        loss, grads = jax.value_and_grad(jax_loss)(state["params"], ids, labels, config)
+        step = state["step"] + 1
+        b1, b2 = BETAS
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
+        c1, c2 = 1 - b1 ** step, 1 - b2 ** step
+
+        def update(p, m, v):
+            p = p * (1 - LR * WEIGHT_DECAY)
+            return p - LR * (m / c1) / (jnp.sqrt(v / c2) + EPS)
+
+        params = jax.tree.map(update, state["params"], m, v)
+        return loss, {"params": params, "m": m, "v": v, "step": step}
+
+    def step():
+        nonlocal state
+        if not train:
+            return float(forward(state["params"]))
+        loss, state = train_step(state)
+        return float(loss)
+
+    return step
+
+
+# ---- measuring -----------------------------------------------------------------------------------------
+
+
+def measure(step, steps):
+    start = time.perf_counter()
+    losses = [step(), step()]
+    cold = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t)
+    return cold, statistics.median(times), losses
+
+
+CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "jax"]
+
+
+def run(size, train, steps, configs):
+    model = make_model(size)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (4, 128), generator=g)
+    batch = (ids, torch.roll(ids, -1, dims=1))
+    rows = {}
+    for name in configs:
+        if name == "jax":
+            step = jax_runner(model, batch, train)
+        else:
+            device, mode = name.split()
+            step = torch_runner(model, "tpu" if device == "tpu" else "cpu", mode, batch, train)
+        try:
+            rows[name] = measure(step, steps)
+        except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
+            rows[name] = error
+        print(f"  {name:13s} {_describe(rows[name])}", file=sys.stderr, flush=True)
+    return rows
+
+
+def _describe(row):
+    if isinstance(row, Exception):
+        return f"failed: {type(row).__name__}: {str(row).splitlines()[0][:120]}"
+    cold, step, losses = row
+    return f"cold {cold:7.2f} s  step {step * 1e3:9.1f} ms  loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+
+
+def table(rows, title):
+    jax_step = rows.get("jax")
+    jax_step = None if jax_step is None or isinstance(jax_step, Exception) else jax_step[1]
+    lines = [f"### {title}", "", "| configuration | cold (to end of step 2) s | step ms | step / jax | first loss |",
+             "|---|---|---|---|---|"]
+    for name, row in rows.items():
+        if isinstance(row, Exception):
+            lines.append(f"| {name} | failed: {type(row).__name__}: {str(row).splitlines()[0][:80]} | | | |")
+            continue
+        cold, step, losses = row
+        ratio = f"{step / jax_step:.2f}" if jax_step else "n/a"
+        lines.append(f"| {name} | {cold:.2f} | {step * 1e3:.1f} | {ratio} | {losses[0]:.4f} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="10m")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="3 steps, write nothing")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--out", default="docs/benchmarks_llama.md")
+    args = parser.parse_args()
+    steps = 3 if args.quick else args.steps
+    configs = args.configs.split(",")
+    params = sum(p.numel() for p in make_model(args.size).parameters())
+    started = time.time()
+    sections = []
+    for train in (False, True):
+        title = f"Llama {args.size} ({params / 1e6:.1f}M parameters), batch 4 x 128 tokens: " + (
+            "training step (forward, backward, AdamW)" if train else "forward")
+        print(title, file=sys.stderr)
+        sections.append(table(run(args.size, train, steps, configs), title))
+    report = "\n\n".join(sections)
+    print(report)
+    if args.quick:
+        return
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {torch.tpu.get_device_name()}"
+    versions = (f"torch {torch.__version__}, jax {jax.__version__}, "
+                f"transformers {__import__('transformers').__version__}, torchtpu {torchtpu.__version__}")
+    with open(args.out, "w") as out:
+        out.write(f"# Llama training-step benchmark\n\n{__doc__.split(chr(10) + chr(10), 1)[1].split('    .venv')[0]}"
+                  f"{report}\n\n## How this was measured\n\n"
+                  f"- Command: `python bench/llama_step.py --size {args.size} --steps {steps}`\n"
+                  f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n"
+                  f"- Machine: {machine}\n- Versions: {versions}\n"
+                  f"- Total time: {time.time() - started:.0f} s\n")
+
+
+if __name__ == "__main__":
+    main()
