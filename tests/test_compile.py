@@ -221,3 +221,38 @@ def test_compile_cache_stats_shape():
     stats = torch.tpu.compile_cache_stats()
     assert set(stats) >= {"requests", "hits", "misses", "compile_seconds", "donated_inputs"}
     assert stats["requests"] == stats["hits"] + stats["misses"]
+
+
+_CACHED_PROGRAM = """
+import torch, torchtpu
+f = torch.compile(lambda x: (x.sin() * 2).sum(0), backend="tpu")
+x = torch.randn(5, 3, device="tpu")
+f(x).cpu()
+print(torch.tpu.compile_cache_stats()["disk_hits"])
+"""
+
+
+def test_disk_cache_lets_a_new_process_skip_compiling(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHTPU_CACHE_DIR": str(tmp_path / "cache")}
+
+    def disk_hits():
+        done = subprocess.run([sys.executable, "-c", _CACHED_PROGRAM], env=env, capture_output=True, text=True,
+                              timeout=300, check=True)
+        return int(done.stdout.strip().splitlines()[-1])
+
+    assert disk_hits() == 0, "the first process finds an empty cache"
+    assert any((tmp_path / "cache").iterdir()), "and fills it"
+    assert disk_hits() > 0, "a second process loads the programs instead of compiling them"
+
+
+def test_dump_dir_gets_the_stablehlo_of_each_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHTPU_DUMP_DIR", str(tmp_path))
+    torch.compile(lambda x: x.cos() + 1, backend="tpu")(torch.randn(4, device="tpu"))
+    dumps = list(tmp_path.glob("*.stablehlo.mlir"))
+    assert len(dumps) == 1
+    text = dumps[0].read_text()
+    assert "stablehlo.cosine" in text and "func.func public @main" in text

@@ -29,3 +29,6 @@ register_device(_device_module)
 register_kernels()
 _modules.install()
 from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
+from .runtime import compile_cache as _compile_cache  # noqa: E402
+
+_compile_cache.configure_from_env()  # TORCHTPU_CACHE_DIR: compiled programs kept on disk

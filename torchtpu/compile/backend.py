@@ -122,7 +122,9 @@ class CompiledGraph:
         donate = tuple(k for k, i in enumerate(array_positions) if i in donated)
         start = time.perf_counter()
         with tensor.x64():
-            program = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers).compile()
+            lowered = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers)
+            compile_cache.dump(f"{self.name}-graph", lowered)
+            program = lowered.compile()
         compile_cache.record_miss(time.perf_counter() - start)
         stats.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
