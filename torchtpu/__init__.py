@@ -32,3 +32,6 @@ from . import serialization as _serialization  # noqa: E402,F401  (torch.load/de
 from .runtime import compile_cache as _compile_cache  # noqa: E402
 
 _compile_cache.configure_from_env()  # TORCHTPU_CACHE_DIR: compiled programs kept on disk
+from . import pallas as _pallas  # noqa: E402
+
+_device_module.pallas = _pallas  # torch.tpu.pallas.jax_op / custom_jax_kernel

@@ -1,0 +1,109 @@
+"""Custom JAX and Pallas kernels as torch ops on tpu tensors (``torch.tpu.pallas``).
+
+``jax_op(name, fn)`` turns a JAX function of arrays into the torch op
+``torch.ops.torchtpu_jax.<name>``, which takes and returns a list of tensors:
+
+- it is a real ``torch.library`` op, with a fake (meta) implementation from
+  ``jax.eval_shape``, so ``torch.compile`` traces it like any ATen op;
+- its lowering is ``fn`` itself, in the one lowering table, so eager mode
+  compiles it once per shape and compiled graphs inline it into their program;
+- its gradient comes from ``jax.vjp`` of ``fn``, or from a ``backward(primals,
+  cotangents)`` JAX function the user gives, through a second op
+  ``<name>_vjp`` that is built the same way.
+
+A Pallas kernel is a JAX function, so it goes through the same door; on the
+CPU backend, pass ``interpret=torchtpu.pallas.interpret_mode()`` to
+``pallas_call``, which runs the kernel in Pallas' interpreter.
+"""
+
+from __future__ import annotations
+
+import jax
+import torch
+
+from . import dtypes
+from .backend import _execute_kernel
+from .ops.registry import LOWERINGS, Lowering
+
+NAMESPACE = "torchtpu_jax"
+_library = torch.library.Library(NAMESPACE, "FRAGMENT")
+_ops: dict[str, torch._ops.OpOverload] = {}
+
+
+def interpret_mode() -> bool:
+    """True where Pallas kernels must run in the interpreter (no TPU or GPU)."""
+    return jax.default_backend() == "cpu"
+
+
+def _as_list(result):
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _define(name: str, schema: str, array_fn, shape_fn) -> torch._ops.OpOverload:
+    """One op: ``array_fn(arrays) -> arrays`` is its lowering, ``shape_fn`` its fake kernel."""
+    if name in _ops:
+        raise ValueError(f"torchtpu: a JAX op named {name!r} already exists")
+    _library.define(name + schema)
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+
+    def fake(*tensor_lists):
+        specs = [[jax.ShapeDtypeStruct(tuple(t.shape), dtypes.to_jax(t.dtype)) for t in ts] for ts in tensor_lists]
+        device = tensor_lists[0][0].device
+        return [torch.empty(s.shape, dtype=dtypes.to_torch(s.dtype), device=device) for s in shape_fn(*specs)]
+
+    torch.library.register_fake(op, fake, lib=_library)
+    LOWERINGS[op] = Lowering(array_fn)
+    _library.impl(name, _execute_kernel(op), "PrivateUse1")
+    _ops[name] = op
+    return op
+
+
+def jax_op(name: str, fn, backward=None):
+    """``fn(*arrays) -> array or tuple of arrays`` as a torch op; returns a callable on tensors.
+
+    ``backward(primals, cotangents) -> gradients`` (lists of arrays) replaces
+    ``jax.vjp`` of ``fn`` when given; a gradient may be None.
+    """
+    def forward_arrays(inputs):
+        return _as_list(fn(*inputs))
+
+    def forward_shapes(inputs):
+        return _as_list(jax.eval_shape(fn, *inputs))
+
+    def vjp_arrays(primals, cotangents):
+        if backward is not None:
+            grads = _as_list(backward(list(primals), list(cotangents)))
+        else:
+            outputs, pullback = jax.vjp(lambda *xs: tuple(_as_list(fn(*xs))), *primals)
+            grads = pullback(tuple(c.astype(o.dtype) for c, o in zip(cotangents, outputs)))
+        return [jax.numpy.zeros(p.shape, p.dtype) if g is None else g.astype(p.dtype) for g, p in zip(grads, primals)]
+
+    op = _define(name, "(Tensor[] inputs) -> Tensor[]", forward_arrays, forward_shapes)
+    vjp_op = _define(name + "_vjp", "(Tensor[] primals, Tensor[] cotangents) -> Tensor[]", vjp_arrays,
+                     lambda primals, cotangents: list(primals))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[0])
+        ctx.outputs = [(o.shape, o.dtype, o.device) for o in output]
+
+    def backward_kernel(ctx, grads):
+        cotangents = [torch.zeros(*meta[:1], dtype=meta[1], device=meta[2]) if g is None else g
+                      for g, meta in zip(grads, ctx.outputs)]
+        return (list(vjp_op(list(ctx.saved_tensors), cotangents)),)
+
+    torch.library.register_autograd(op, backward_kernel, setup_context=setup_context, lib=_library)
+
+    def call(*tensors):
+        results = op(list(tensors))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    call.op = op
+    return call
+
+
+def custom_jax_kernel(name: str | None = None, backward=None):
+    """Decorator form of ``jax_op``: ``@custom_jax_kernel()`` over a JAX function."""
+    def wrap(fn):
+        return jax_op(name or fn.__name__, fn, backward=backward)
+
+    return wrap
