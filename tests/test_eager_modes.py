@@ -325,3 +325,14 @@ def test_debug_checks_see_nan_from_autograd_in_the_users_backward_line():
         with pytest.raises(torch.tpu.NonFiniteError) as error:
             loss.backward()
     assert "loss.backward()" in str(error.value)
+
+
+def test_fused_errors_raise_at_the_op_and_keep_the_pending_graph():
+    x = torch.arange(4.0, device="tpu")
+    with torch.tpu.eager_mode(FUSED):
+        y = x * 2
+        with pytest.raises(RuntimeError):  # the meta kernel's shape check, as in strict mode
+            x + torch.ones(3, device="tpu")
+        with pytest.raises(IndexError, match="non-zero size"):  # a check inside the lowering
+            torch.empty(0, 3, device="tpu").max(dim=0)
+        assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]

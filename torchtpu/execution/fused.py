@@ -29,6 +29,7 @@ import jax
 
 from .. import dtypes, tensor
 from ..runtime import stats
+from . import strict
 
 DEFAULT_MAX_OPS = 500
 _max_ops = DEFAULT_MAX_OPS
@@ -122,6 +123,8 @@ def record(plan, program, dynamic):
     if len(_graph.steps) >= _max_ops:
         flush("size limit")
         dynamic = [_materialized(v) for v in dynamic]
+    if program not in _traced:
+        _trace_once(program, dynamic)
     graph = _graph
     refs = tuple(graph.ref(v) for v in dynamic)
     outs, positions = [], []
@@ -143,6 +146,17 @@ def record(plan, program, dynamic):
     graph.steps.append((program.pure, refs, tuple(positions), tuple(written_slots)))
     graph.key.append((program, refs))
     return outs, written
+
+
+_traced: set = set()  # programs whose lowering has been traced once
+
+
+def _trace_once(program, dynamic) -> None:
+    """Trace a program the first time it is recorded, so that a lowering's own checks
+    (empty reductions, bad arguments) raise at the op, as in strict mode, not at the flush."""
+    with tensor.x64():
+        jax.eval_shape(program.pure, *map(strict.abstract_value, dynamic))
+    _traced.add(program)
 
 
 # ---- running the pending graph ---------------------------------------------------------

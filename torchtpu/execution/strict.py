@@ -316,7 +316,7 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
 
     if metas is None:
         with tensor.x64():
-            shapes = jax.eval_shape(program, *map(_abstract, dynamic))[0]
+            shapes = jax.eval_shape(program, *map(abstract_value, dynamic))[0]
         out_metas.extend(
             None if s is None else (s.shape, tensor.contiguous_strides(s.shape), dtypes.to_torch(s.dtype))
             for s in shapes
@@ -324,7 +324,7 @@ def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) ->
     return Program(jax.jit(program), program, out_metas, written_layouts, written_dtypes, fresh_outputs, None)
 
 
-def _abstract(value):
+def abstract_value(value):
     """A Deferred as jax sees it when tracing: a shape and a dtype."""
     if type(value) is tensor.Deferred:
         return jax.ShapeDtypeStruct(value.shape, value.dtype)
