@@ -256,3 +256,49 @@ def test_dump_dir_gets_the_stablehlo_of_each_graph(tmp_path, monkeypatch):
     assert len(dumps) == 1
     text = dumps[0].read_text()
     assert "stablehlo.cosine" in text and "func.func public @main" in text
+
+
+def test_bucketing_bounds_compiles_by_the_buckets_used():
+    """50 steps of sequence lengths 3..16, right-padded to power-of-two buckets with ignored
+    labels: a causal model's loss is unchanged, and each bucket compiles once."""
+    torch.manual_seed(0)
+    model = GPT()
+    device_model = copy.deepcopy(model).to("tpu")
+
+    def loss_and_grad(m, idx, targets):
+        loss = lm_loss(m, idx, targets)
+        loss.backward()
+        return loss.detach()
+
+    step = torch.compile(loss_and_grad, backend="tpu", dynamic=False)
+    g = torch.Generator().manual_seed(2)
+    lengths = torch.randint(3, 17, (50,), generator=g).tolist()
+    compiled_at = []  # the bucket of each step that compiled anything
+    for t in lengths:
+        idx = torch.randint(0, 32, (2, t), generator=g)
+        targets = torch.randint(0, 32, (2, t), generator=g)
+        padded_idx, _ = torch.tpu.pad_to_bucket(idx, 1)
+        padded_targets, length = torch.tpu.pad_to_bucket(targets, 1, value=-100)
+        assert length == t
+        before = compile_cache.stats()["misses"]
+        # The mean over real tokens only: ignore_index drops the padding.
+        actual = step(device_model, padded_idx.to("tpu"), padded_targets.to("tpu"))
+        expected = loss_and_grad(model, idx, targets)
+        torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-6)
+        if compile_cache.stats()["misses"] > before:
+            compiled_at.append(padded_idx.shape[1])
+    # Steps compile only when they meet a bucket for the first time: one compiling step per bucket.
+    assert sorted(compiled_at) == sorted({torch.tpu.bucket_size(t) for t in lengths})
+    for p_cpu, p_tpu in zip(model.parameters(), device_model.parameters()):
+        torch.testing.assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,buckets,expected", [(0, None, 1), (1, None, 1), (5, None, 8), (8, None, 8),
+                                                (9, [4, 12, 32], 12), (32, [4, 12, 32], 32)])
+def test_bucket_size(n, buckets, expected):
+    assert torch.tpu.bucket_size(n, buckets) == expected
+
+
+def test_bucket_size_beyond_the_largest_bucket_raises():
+    with pytest.raises(ValueError, match="larger than the largest bucket"):
+        torch.tpu.bucket_size(33, [4, 12, 32])

@@ -35,3 +35,7 @@ _compile_cache.configure_from_env()  # TORCHTPU_CACHE_DIR: compiled programs kep
 from . import pallas as _pallas  # noqa: E402
 
 _device_module.pallas = _pallas  # torch.tpu.pallas.jax_op / custom_jax_kernel
+from .bucketing import bucket_size as _bucket_size  # noqa: E402
+from .bucketing import pad_to_bucket as _pad_to_bucket  # noqa: E402
+
+_device_module.bucket_size, _device_module.pad_to_bucket = _bucket_size, _pad_to_bucket
