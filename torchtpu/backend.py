@@ -93,6 +93,16 @@ def register_kernels() -> None:
     for op in _lowered_overloads():
         if op not in builtins.KERNELS:
             lib.impl(op, _execute_kernel(op))
+    autograd = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
+    _libraries.append(autograd)
+    for op, kernel in builtins.AUTOGRAD_KERNELS.items():
+        autograd.impl(op, kernel)
+    own = torch.library.Library("torchtpu", "IMPL", "PrivateUse1")  # ops torchtpu defines (ops/attention.py)
+    _libraries.append(own)
+    from .ops.registry import LOWERINGS
+
+    for op in [op for op in LOWERINGS if op.namespace == "torchtpu"]:
+        own.impl(op._schema.name.split("::")[1], _execute_kernel(op))
     catch_all = torch.library.Library("_", "IMPL", "PrivateUse1")
     _libraries.append(catch_all)
     catch_all.fallback(_fallback_kernel, with_keyset=True)

@@ -1,8 +1,10 @@
 """The lowering table, one module per op family. Importing this package fills it."""
 
 from . import (  # noqa: F401
+    attention,
     conv,
     factory,
+    fft,
     indexing,
     linalg,
     nn,

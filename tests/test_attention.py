@@ -1,0 +1,87 @@
+"""scaled_dot_product_attention on tpu: the fused ops (and the Pallas flash kernel) against CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from oracle import check, check_grad
+
+from torchtpu.runtime import stats
+
+
+def qkv(tq=8, tk=10, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, 3, tq, d, generator=g), torch.randn(2, 3, tk, d, generator=g), torch.randn(2, 3, tk, d, generator=g)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"scale": 0.3}], ids=["plain", "causal", "scale"])
+def test_sdpa_values_and_gradients(kwargs):
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), *qkv())
+
+
+def test_sdpa_runs_as_one_fused_op_each_way():
+    q, k, v = (t.to("tpu").requires_grad_() for t in qkv(tq=5, tk=7, d=4))  # shapes no other test uses
+    stats.compiles.clear()
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    compiled = set(stats.compiles)
+    assert {"torchtpu.sdpa_forward.default", "torchtpu.sdpa_backward.default"} <= compiled
+    assert not any("bmm" in op or "softmax" in op for op in compiled)
+
+
+@pytest.mark.parametrize("mask", ["bool", "float", "broadcast-bool"])
+def test_sdpa_masks_and_bias_gradient(mask):
+    q, k, v = qkv()
+    g = torch.Generator().manual_seed(3)
+    if mask == "bool":
+        m = torch.rand(8, 10, generator=g) > 0.3
+    elif mask == "float":
+        m = torch.randn(3, 8, 10, generator=g)
+    else:
+        m = torch.rand(2, 1, 1, 10, generator=g) > 0.2
+    if m.dtype == torch.bool:
+        check_grad(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, m,
+                   grad_args=(0, 1, 2))
+    else:
+        check_grad(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, m)
+
+
+def test_fully_masked_row_gives_zeros_like_cpu():
+    q, k, v = qkv()
+    mask = torch.ones(8, 10, dtype=torch.bool)
+    mask[2] = False
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+
+
+def test_gqa_and_dropout_take_the_math_path():
+    q, k, v = qkv()
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True), q, k, v)
+    x = torch.ones(1, 1, 16, 8, device="tpu")
+    torch.manual_seed(0)
+    a = F.scaled_dot_product_attention(x, x, x, dropout_p=0.5)
+    torch.manual_seed(0)
+    b = F.scaled_dot_product_attention(x, x, x, dropout_p=0.5)
+    assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_bfloat16_attention_close_to_cpu():
+    q, k, v = (t.bfloat16() for t in qkv())
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pallas_flash_kernel_matches_cpu(monkeypatch, causal):
+    """The Pallas kernel, run in the interpreter on the CPU backend (it is the default on TPU)."""
+    monkeypatch.setenv("TORCHTPU_FLASH_ATTENTION", "1")
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 256, 32, generator=g) for _ in range(3))
+    if not causal:
+        k, v = k[:, :, :128], v[:, :, :128]
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
+
+
+def test_compiled_attention_is_one_node():
+    q, k, v = (t.to("tpu") for t in qkv())
+    compiled = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), backend="tpu")
+    torch.testing.assert_close(compiled(q, k, v).cpu(),
+                               F.scaled_dot_product_attention(*qkv(), is_causal=True), rtol=1e-5, atol=1e-6)
