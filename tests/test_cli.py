@@ -53,6 +53,18 @@ def test_tiny_demo_trains_and_samples_on_tpu():
     _check_demo_output(_run([sys.executable, "-m", "torchtpu", "demo"] + TINY_DEMO), "tpu")
 
 
+def test_tiny_compiled_demo_compiles_the_step(capsys):
+    """--compile: Dynamo traces the demo's own code (torchtpu's runtime is skipped, not the demo)."""
+    from torchtpu.runtime import compile_cache
+
+    torch._dynamo.reset()
+    before = compile_cache.stats()["misses"]
+    assert cli.main(["demo", "--compile"] + TINY_DEMO) == 0
+    _check_demo_output(capsys.readouterr().out, "tpu")
+    assert compile_cache.stats()["misses"] > before
+    assert not compile_cache.graph_fallbacks
+
+
 def test_tiny_demo_on_cpu_in_process(capsys):
     """The same command line with --device cpu, run in this process (PyTorch is already loaded)."""
     assert cli.main(["demo", "--device", "cpu"] + TINY_DEMO) == 0

@@ -44,6 +44,7 @@ def demo(args: argparse.Namespace) -> int:
     train_cfg = demo_module.TrainConfig(
         steps=args.steps, device=args.device, seed=args.seed, batch_size=args.batch_size,
         log_every=args.log_every, sample_chars=args.sample_chars, temperature=args.temperature,
+        compile=args.compile,
     )
     model_cfg = demo_module.ModelConfig(
         n_layer=args.n_layer, n_embd=args.n_embd, n_head=args.n_head, block_size=args.block_size,
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=int, default=train.log_every)
     p.add_argument("--sample-chars", type=int, default=train.sample_chars, help="length of the sample")
     p.add_argument("--temperature", type=float, default=train.temperature)
+    p.add_argument("--compile", action="store_true", help="torch.compile the forward and backward")
     p.add_argument("--n-layer", type=int, default=model.n_layer)
     p.add_argument("--n-embd", type=int, default=model.n_embd)
     p.add_argument("--n-head", type=int, default=model.n_head)

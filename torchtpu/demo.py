@@ -42,6 +42,7 @@ class TrainConfig:
     seed: int = 0
     sample_chars: int = 200
     temperature: float = 0.8
+    compile: bool = False  # torch.compile the forward and backward (backend "tpu" on tpu, inductor on cpu)
 
 
 # ---- model ---------------------------------------------------------------------
@@ -172,14 +173,16 @@ def train(model: GPT, data: torch.Tensor, cfg: TrainConfig, log=print) -> list[f
     losses = []
     model.train()
     window_start, window_steps = time.perf_counter(), 0
+    loss_and_grad = _loss_and_grad
+    if cfg.compile:  # the optimizer stays eager: its learning rate changes every step
+        loss_and_grad = torch.compile(_loss_and_grad, backend="tpu" if cfg.device.startswith("tpu") else "inductor")
     for step in range(1, cfg.steps + 1):
         lr = _learning_rate(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(data, model.cfg, cfg.batch_size, generator, cfg.device)
-        _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = loss_and_grad(model, x, y)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         window_steps += 1
@@ -192,6 +195,12 @@ def train(model: GPT, data: torch.Tensor, cfg: TrainConfig, log=print) -> list[f
                 f"{window_steps * tokens_per_step / elapsed:8.0f} tokens/s{note}")
             window_start, window_steps = time.perf_counter(), 0
     return losses
+
+
+def _loss_and_grad(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _, loss = model(x, y)
+    loss.backward()
+    return loss.detach()
 
 
 def _learning_rate(step: int, cfg: TrainConfig) -> float:

@@ -17,12 +17,19 @@ from ..execution import graph
 from ..ops.registry import LOWERINGS
 from ..runtime import compile_cache, precision, rng, stats
 
+# torchtpu's runtime, which Dynamo must not trace into: our kernels run in eager
+# mode between graphs (the backward after a graph break, say), and their frames
+# are ours, not the user's.  The demo, the CLI and the user-facing helpers
+# (pallas.py's op wrappers, bucketing) stay traceable.
+_RUNTIME_MODULES = ("torchtpu.backend", "torchtpu.device", "torchtpu.dtypes", "torchtpu.tensor", "torchtpu.modules",
+                    "torchtpu.serialization", "torchtpu.execution", "torchtpu.ops", "torchtpu.runtime",
+                    "torchtpu.compile", "jax", "jaxlib")
+
+
 def _skip_our_frames() -> None:
-    """Dynamo must not trace into torchtpu's or jax's Python code (our kernels run
-    in eager between graphs, e.g. in the backward after a graph break)."""
     from torch._dynamo import trace_rules
 
-    for module in ("torchtpu", "jax", "jaxlib"):
+    for module in _RUNTIME_MODULES:
         trace_rules.add(module)
 
 
