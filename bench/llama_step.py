@@ -8,7 +8,10 @@ Configurations, measured side by side in one process:
   eager mode (``DEFER_AND_FUSE``) and ``torch.compile(backend="tpu")``;
 - **jax**: the same math written by hand in JAX under ``jax.jit`` (the
   weights are the model's own, so its loss must equal the others'); this is
-  the ceiling for anything that runs on XLA.
+  the ceiling for anything that runs on XLA;
+- **pytorch/xla**: PyTorch/XLA 2.9 on XLA's CPU backend, the predecessor on
+  the same compiler, run by ``bench/ptxla_peer.py`` in its own environment
+  and process (``bench/setup_ptxla.sh``; training step only).
 
 For each one: *cold*, the wall time to the end of the second step, compiles
 included; and *step*, the median time of the following steps (each ends with
@@ -39,25 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
+from llama_config import BETAS, EPS, LR, SIZES, WEIGHT_DECAY, make_batch, make_model, make_optimizer
 
 import torchtpu  # noqa: F401  registers the tpu device
-
-SIZES = {
-    "10m": dict(vocab_size=16000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                num_attention_heads=8, num_key_value_heads=4),
-    "100m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
-                 num_attention_heads=12, num_key_value_heads=4),
-}
-LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.95), 1e-8, 0.1
-
-
-def make_model(size: str) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(**SIZES[size], max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                         attn_implementation="sdpa")
-    return LlamaForCausalLM(config)
-
 
 # ---- the torch configurations ---------------------------------------------------------------------
 
@@ -66,8 +53,7 @@ def torch_runner(model, device, mode, batch, train):
     """A step function for one torch configuration; returns the loss as a float."""
     model = copy.deepcopy(model).to(device)
     ids, labels = (t.to(device) for t in batch)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
-                                  capturable=device == "tpu" and mode == "compiled")
+    optimizer = make_optimizer(model, capturable=device == "tpu" and mode == "compiled")
 
     def forward():
         with torch.no_grad():
@@ -194,26 +180,43 @@ def measure(step, steps):
     return cold, statistics.median(times), losses
 
 
-CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "jax"]
+CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "jax", "pytorch/xla"]
+PTXLA_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv-ptxla", "bin", "python")
+
+
+def ptxla_row(size, steps):
+    """PyTorch/XLA 2.9 on the same compiler, in its own environment and process (training only)."""
+    if not os.path.exists(PTXLA_PYTHON):
+        raise RuntimeError("not set up: run bench/setup_ptxla.sh")
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptxla_peer.py")
+    done = subprocess.run([PTXLA_PYTHON, peer, "--size", size, "--steps", str(steps)],
+                          capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["cold"], result["step"], result["losses"]
 
 
 def run(size, train, steps, configs):
     model = make_model(size)
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, model.config.vocab_size, (4, 128), generator=g)
-    batch = (ids, torch.roll(ids, -1, dims=1))
+    batch = make_batch(model.config.vocab_size)
     rows = {}
     for name in configs:
-        if name == "jax":
-            step = jax_runner(model, batch, train)
-        else:
-            device, mode = name.split()
-            step = torch_runner(model, "tpu" if device == "tpu" else "cpu", mode, batch, train)
+        if name == "pytorch/xla" and not train:
+            continue
         try:
+            if name == "pytorch/xla":
+                rows[name] = ptxla_row(size, steps)
+                continue
+            if name == "jax":
+                step = jax_runner(model, batch, train)
+            else:
+                device, mode = name.split()
+                step = torch_runner(model, "tpu" if device == "tpu" else "cpu", mode, batch, train)
             rows[name] = measure(step, steps)
         except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
             rows[name] = error
-        print(f"  {name:13s} {_describe(rows[name])}", file=sys.stderr, flush=True)
+        finally:
+            if name in rows:
+                print(f"  {name:13s} {_describe(rows[name])}", file=sys.stderr, flush=True)
     return rows
 
 
