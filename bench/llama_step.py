@@ -189,9 +189,11 @@ def ptxla_row(size, steps):
     if not os.path.exists(PTXLA_PYTHON):
         raise RuntimeError("not set up: run bench/setup_ptxla.sh")
     peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptxla_peer.py")
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # torchtpu's entry point is not for torch 2.9
     done = subprocess.run([PTXLA_PYTHON, peer, "--size", size, "--steps", str(steps)],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=env)
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"  pytorch/xla compiled {result['compiles']} XLA graphs", file=sys.stderr)
     return result["cold"], result["step"], result["losses"]
 
 
