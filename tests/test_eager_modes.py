@@ -8,6 +8,7 @@ equality, and against CPU PyTorch with the usual tolerance.
 from __future__ import annotations
 
 import os
+import weakref
 import subprocess
 import sys
 
@@ -336,3 +337,19 @@ def test_fused_errors_raise_at_the_op_and_keep_the_pending_graph():
         with pytest.raises(IndexError, match="non-zero size"):  # a check inside the lowering
             torch.empty(0, 3, device="tpu").max(dim=0)
         assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_synchronize_skips_arrays_a_program_donated():
+    """A donated array may still be alive (a caller's frame holds it) but is deleted: waiting skips it."""
+    import jax
+    import jax.numpy as jnp
+
+    from torchtpu import tensor
+
+    donated = jnp.ones(4)
+    jax.jit(lambda a: a + 1, donate_argnums=0)(donated)
+    assert donated.is_deleted()
+    tensor._dispatched.append(weakref.ref(donated))
+    tensor._prune_dispatched()
+    tensor._dispatched.append(weakref.ref(donated))
+    torch.tpu.synchronize()

@@ -59,14 +59,14 @@ def wait_for_dispatched() -> None:
     """Block until every array torchtpu has stored so far is computed."""
     while _dispatched:
         array = _dispatched.popleft()()
-        if array is not None:
+        if array is not None and not array.is_deleted():  # a fused graph may have donated it
             array.block_until_ready()
 
 
 def _prune_dispatched() -> None:
     """Drop references to arrays that are done or dead, so a program that never syncs stays bounded."""
     global _prune_at
-    alive = [r for r in _dispatched if (a := r()) is not None and not a.is_ready()]
+    alive = [r for r in _dispatched if (a := r()) is not None and not a.is_deleted() and not a.is_ready()]
     _dispatched.clear()
     _dispatched.extend(alive)
     _prune_at = max(1 << 14, 2 * len(alive))
