@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 import torchtpu  # noqa: F401  registers the tpu device
+from results import write_section
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "benchmarks.md"
 GOAL = 2.0  # tpu per-op time at most this multiple of the bare jax call
 
 
@@ -209,12 +209,9 @@ def write_results(rows, compile_row, command, elapsed_s):
     compile_text = ""
     if compile_row is not None:
         name, size, us, cpu_us, note = compile_row
-        compile_text = (f"\n## torch.compile (inductor) on CPU\n\n"
+        compile_text = (f"\n### torch.compile (inductor) on CPU\n\n"
                         f"`{name}` at {size}x{size}: {us:.1f} µs/op compiled vs {cpu_us:.1f} µs/op eager CPU. {note}\n")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(f"""# Benchmarks
-
-## Eager per-op overhead
+    write_section("eager_overhead.py", f"""## Eager per-op overhead
 
 Wall time per op in µs (median of repeats; each repeat loops the op many
 times and blocks once at the end).  **tpu** is torchtpu's strict eager
@@ -229,7 +226,7 @@ Goal: tpu per-op time at most {GOAL:.1f}x the bare jax call.
 Summary:
 {summary(rows)}
 {compile_text}
-## How this was measured
+### How this was measured
 
 - Command: `{command}`
 - Date: {datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
@@ -299,7 +296,7 @@ def main(argv=None) -> int:
               f"(eager cpu {compile_row[3]:.1f} µs/op)")
     if not args.quick:
         write_results(rows, compile_row, command, elapsed)
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+        print("wrote its section of docs/benchmarks.md")
     return 0
 
 

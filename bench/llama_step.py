@@ -17,7 +17,7 @@ For each one: *cold*, the wall time to the end of the second step, compiles
 included; and *step*, the median time of the following steps (each ends with
 a device sync).  The ratio column divides by the JAX step.
 
-    .venv/bin/python bench/llama_step.py                 # ~10M parameters; writes docs/benchmarks_llama.md
+    .venv/bin/python bench/llama_step.py                 # ~10M parameters; writes its section of docs/benchmarks.md
     .venv/bin/python bench/llama_step.py --size 100m     # ~100M parameters (slow on 2 cores)
     .venv/bin/python bench/llama_step.py --quick         # fewer steps, no warm-start run, writes nothing
 """
@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from llama_config import BETAS, EPS, LR, SIZES, WEIGHT_DECAY, make_batch, make_model, make_optimizer
 
 import torchtpu  # noqa: F401  registers the tpu device
+from results import write_section
 
 # ---- the torch configurations ---------------------------------------------------------------------
 
@@ -268,7 +269,6 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="3 steps, write nothing")
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--out", default="docs/benchmarks_llama.md")
     parser.add_argument("--train-only", action="store_true", help="skip the forward-only table")
     parser.add_argument("--json", action="store_true", help="print the training rows as JSON and write nothing")
     parser.add_argument("--no-warm-start", action="store_true", help="skip the two-process disk-cache measurement")
@@ -297,9 +297,9 @@ def main():
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {torch.tpu.get_device_name()}"
     versions = (f"torch {torch.__version__}, jax {jax.__version__}, "
                 f"transformers {__import__('transformers').__version__}, torchtpu {torchtpu.__version__}")
-    with open(args.out, "w") as out:
-        out.write(f"# Llama training-step benchmark\n\n{__doc__.split(chr(10) + chr(10), 1)[1].split('    .venv')[0]}"
-                  f"{report}\n\n## How this was measured\n\n"
+    write_section("llama_step.py", f"## Llama: forward and training step\n\n"
+                  f"{__doc__.split(chr(10) + chr(10), 1)[1].split('    .venv')[0]}{report}\n\n"
+                  f"### How this was measured\n\n"
                   f"- Command: `python bench/llama_step.py --size {args.size} --steps {steps}`\n"
                   f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n"
                   f"- Machine: {machine}\n- Versions: {versions}\n"
