@@ -549,3 +549,89 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
 @lower(torch.ops.prims.convert_element_type.default)
 def convert_element_type(a, dtype):
     return a.astype(dtypes.to_jax(dtype))
+
+
+# ---- special functions ---------------------------------------------------------------
+
+
+for _op, _fn in {
+    aten.special_i0e: jsp.i0e,
+    aten.special_i1: jsp.i1,
+    aten.special_i1e: jsp.i1e,
+    aten.special_ndtr: jsp.ndtr,
+    aten.special_ndtri: jsp.ndtri,
+    aten.special_log_ndtr: jsp.log_ndtr,
+    aten.special_erfcx: jsp.erfcx,
+    aten.special_entr: jsp.entr,
+}.items():
+    lower(_op.default)(elementwise(1, Promotion.INT_TO_FLOAT)(_fn))
+
+
+@lower(aten.special_xlog1py)
+@elementwise(2, Promotion.INT_TO_FLOAT)
+def xlog1py(x, y):
+    return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0.0, x * jnp.log1p(y)))
+
+
+@lower(aten.special_zeta)
+@elementwise(2, Promotion.INT_TO_FLOAT)
+def zeta(x, q):
+    return jsp.zeta(x, q)
+
+
+@lower(aten.igamma.default)
+@elementwise(2, Promotion.INT_TO_FLOAT)
+def igamma(a, x):
+    return jsp.gammainc(a, x)
+
+
+@lower(aten.igammac.default)
+@elementwise(2, Promotion.INT_TO_FLOAT)
+def igammac(a, x):
+    return jsp.gammaincc(a, x)
+
+
+@lower(aten.logaddexp.default)
+@elementwise(2)
+def logaddexp(x, y):
+    return jnp.logaddexp(x, y)
+
+
+@lower(aten.logaddexp2.default)
+@elementwise(2)
+def logaddexp2(x, y):
+    return jnp.logaddexp2(x, y)
+
+
+@lower(aten.heaviside.default)
+@elementwise(2, compute=False)
+def heaviside(x, values):
+    return jnp.where(x == 0, values, (x > 0).astype(values.dtype))
+
+
+@lower(aten.gcd.default)
+@elementwise(2, compute=False)
+def gcd(x, y):
+    return jnp.gcd(x, y)
+
+
+@lower(aten.lcm.default)
+@elementwise(2, compute=False)
+def lcm(x, y):
+    return jnp.lcm(x, y)
+
+
+@lower(aten.complex.default)
+def complex_(real, imag):
+    return lax.complex(*jnp.broadcast_arrays(real, imag))
+
+
+@lower(aten.polar.default)
+def polar(abs, angle):  # noqa: A002 - the ATen schema's name
+    return lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+@lower(aten.frexp.Tensor)
+def frexp(self):
+    mantissa, exponent = jnp.frexp(self)
+    return mantissa, exponent.astype(jnp.int32)

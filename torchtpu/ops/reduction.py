@@ -263,7 +263,7 @@ lower(aten.argmin.default)(_arg_extreme(jnp.min, "argmin"))
 
 @lower(aten.aminmax.default)
 def aminmax(x, *, dim=None, keepdim=False):
-    if x.size == 0 or (dim is not None and x.ndim and x.shape[_axis(x, dim)] == 0):
+    if (dim is None and x.size == 0) or (dim is not None and x.ndim and x.shape[_axis(x, dim)] == 0):
         raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.")
     axes = None if dim is None else _axes(x, dim)
     ordered = _as_ordered(x)
