@@ -280,3 +280,39 @@ def test_func_grad_and_vmap():
     assert_same(torch.func.grad(f)(w_t, xs_t[0]), expected_grad, rtol=1e-5, atol=1e-6)
     assert_same(torch.func.vmap(f, in_dims=(None, 0))(w_t, xs_t), expected_vmap, rtol=1e-5, atol=1e-6)
     assert_same(torch.func.vmap(torch.func.grad(f), in_dims=(None, 0))(w_t, xs_t), expected_per_sample, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p, **kw: torch.optim.AdamW(p, lr=0.05, **kw),
+    lambda p, **kw: torch.optim.Adam(p, lr=0.05, weight_decay=0.1, **kw),
+    lambda p, **kw: torch.optim.AdamW(p, lr=0.05, amsgrad=True, maximize=True, **kw),
+], ids=["adamw", "adam-weight-decay", "adamw-amsgrad-maximize"])
+def test_fused_adam_matches_cpu(make):
+    """fused=True (Trainer's default optimizer) runs aten::_fused_adam(w)_ as one program."""
+    torch.manual_seed(0)
+    params = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
+    device_params = [p.detach().to("tpu").requires_grad_() for p in params]
+    cpu_opt, tpu_opt = make(params), make(device_params, fused=True)
+    for _ in range(4):
+        for p, q in zip(params, device_params):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.to("tpu")
+        cpu_opt.step()
+        tpu_opt.step()
+    for p, q in zip(params, device_params):
+        assert_same(q.detach(), p.detach(), rtol=1e-5, atol=1e-5)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert_same(tpu_opt.state[q][key], cpu_opt.state[p][key], rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adamw_skips_the_step_when_grad_scaler_finds_inf():
+    p = torch.ones(3, device="tpu", requires_grad=True)
+    optimizer = torch.optim.AdamW([p], lr=0.1, fused=True)
+    p.grad = torch.ones(3, device="tpu")
+    found_inf = torch.ones((), device="tpu")
+    optimizer.step()  # a normal step first, so the state exists
+    before = p.detach().cpu().clone()
+    torch.ops.aten._fused_adamw_([p], [p.grad], [optimizer.state[p]["exp_avg"]], [optimizer.state[p]["exp_avg_sq"]],
+                                 [], [optimizer.state[p]["step"]], lr=0.1, beta1=0.9, beta2=0.999,
+                                 weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False, found_inf=found_inf)
+    assert torch.equal(p.detach().cpu(), before)

@@ -80,8 +80,10 @@ def plan_for(op) -> Plan | None:
         return None
     kind = "inplace" if op._schema.name.endswith("_") else "out"
     mutated = _mutated_args(op)
-    if kind == "inplace":
-        mutated = mutated[:1]
+    if kind == "inplace" and len(functional._schema.returns) < len(mutated):
+        mutated = mutated[:1]  # the result overwrites self; other written arguments are the lowering's writes
+    # (an in-place op whose functional form returns every written argument, such as
+    # _fused_adamw_ with its five lists, takes them all back, in order)
     return Plan(op, functional, LOWERINGS[functional], kind, mutated, _names(functional), returns)
 
 

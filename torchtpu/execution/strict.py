@@ -237,7 +237,7 @@ def _run_meta(plan, args, kwargs):
     meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
     result = plan.op(*meta_args, **meta_kwargs)
     if plan.kind == "inplace":
-        return _flat_tensors(meta_args[plan.mutated[0][0]])
+        return [t for pos, _ in plan.mutated for t in _flat_tensors(meta_args[pos])]
     if plan.kind == "out":
         return [t for v in _mutated_values(plan, meta_args, meta_kwargs) for t in _flat_tensors(v)]
     return _flat_tensors(result) if not isinstance(result, _Tensor) else [result]

@@ -10,6 +10,7 @@ is.  The ``.Tensor`` overloads of addcdiv/addcmul are left out: their 1-d
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import torch
 
 from .registry import LOWERINGS, aten, lower
@@ -67,6 +68,54 @@ def _foreach_lowering(target, zipped):
 def foreach_norm(self, ord=2, dtype=None):
     norm = LOWERINGS[aten.linalg_vector_norm.default].fn
     return [norm(x, ord, dtype=dtype) for x in self]
+
+
+def _adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, *, lr, beta1, beta2, weight_decay, eps,
+                 amsgrad, maximize, decoupled, grad_scale, found_inf):
+    """One parameter's Adam(W) step, as PyTorch's fused kernels compute it."""
+    if grad_scale is not None:
+        grad = grad / grad_scale.astype(grad.dtype)
+    stored_grad = grad  # the fused kernels leave the grads unscaled
+    grad = -grad if maximize else grad
+    if decoupled:
+        new_param = param * (1 - lr * weight_decay)
+    else:
+        new_param, grad = param, grad + weight_decay * param
+    exp_avg = exp_avg + (grad - exp_avg) * (1 - beta1)
+    exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad
+    step = step.astype(jnp.float32)
+    bias_correction2_sqrt = jnp.sqrt(1 - beta2 ** step)
+    if amsgrad:
+        max_exp_avg_sq = jnp.maximum(max_exp_avg_sq, exp_avg_sq)
+    second = max_exp_avg_sq if amsgrad else exp_avg_sq
+    denom = jnp.sqrt(second) / bias_correction2_sqrt + eps
+    new_param = new_param - (lr / (1 - beta1 ** step)) * exp_avg / denom
+    new = (new_param, stored_grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
+    old = (param, stored_grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
+    if found_inf is not None:  # a GradScaler found inf/NaN: the step is skipped
+        new = tuple(o if n is None else jnp.where(found_inf.reshape(()) != 0, o, n) for n, o in zip(new, old))
+    return new
+
+
+def _fused_adam_lowering(decoupled):
+    def lowering(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+        maxes = max_exp_avg_sqs if amsgrad else [None] * len(self)
+        updates = [
+            _adam_update(*group, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+                         amsgrad=amsgrad, maximize=maximize, decoupled=decoupled, grad_scale=grad_scale,
+                         found_inf=found_inf)
+            for group in zip(self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps)
+        ]
+        columns = [list(column) for column in zip(*updates)] or [[]] * 5
+        columns[4] = columns[4] if amsgrad else []
+        return tuple(columns)
+
+    return lowering
+
+
+lower(aten._fused_adamw.default, aten._fused_adamw.tensor_lr)(_fused_adam_lowering(decoupled=True))
+lower(aten._fused_adam.default, aten._fused_adam.tensor_lr)(_fused_adam_lowering(decoupled=False))
 
 
 def _register_all() -> None:
