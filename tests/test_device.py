@@ -307,3 +307,18 @@ def test_precision_selects_the_compiled_matmul_precision():
             # On the XLA CPU backend every level computes in float32.
             torch.testing.assert_close((a @ a).cpu(), expected, rtol=1e-2, atol=1e-2)
     assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST
+
+
+def test_torch_accelerator_memory_functions_answer_for_tpu():
+    """Device-generic libraries (accelerate >= 1.16, the Trainer) call these; PyTorch's own
+    versions need a C++ allocator, so torchtpu routes them to torch.tpu."""
+    x = torch.ones(1024, device="tpu")
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() >= x.numel() * 4
+    assert torch.accelerator.memory_allocated(0) == torch.tpu.memory_allocated(0)
+    assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.memory_reserved() == torch.tpu.memory_reserved()
+    assert torch.accelerator.memory_stats() == torch.tpu.memory_stats()
+    assert torch.accelerator.get_memory_info() == torch.tpu.mem_get_info()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()

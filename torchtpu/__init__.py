@@ -28,6 +28,9 @@ __version__ = "0.1.0"
 register_device(_device_module)
 register_kernels()
 _modules.install()
+from . import accelerator as _accelerator  # noqa: E402
+
+_accelerator.install()  # torch.accelerator's memory functions, for device-generic libraries
 from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
 from .runtime import compile_cache as _compile_cache  # noqa: E402
 
