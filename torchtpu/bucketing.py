@@ -30,12 +30,19 @@ def bucket_size(n: int, buckets=None) -> int:
     return sizes[i]
 
 
-def pad_to_bucket(tensor: torch.Tensor, dim: int, buckets=None, value=0) -> tuple[torch.Tensor, int]:
-    """``tensor`` padded with ``value`` at the end of ``dim`` to its bucket, and the original size."""
+def pad_to_bucket(tensor: torch.Tensor, dim: int, buckets=None, value=0, side="right") -> tuple[torch.Tensor, int]:
+    """``tensor`` padded with ``value`` along ``dim`` to its bucket, and the original size.
+
+    ``side="right"`` pads at the end (training batches, with ignored labels);
+    ``side="left"`` pads at the start, as a prompt for ``generate()`` is padded,
+    so that the new tokens follow the real ones."""
+    if side not in ("left", "right"):
+        raise ValueError(f"pad_to_bucket: side must be 'left' or 'right', got {side!r}")
     dim = dim % tensor.dim()
     size = tensor.shape[dim]
     extra = bucket_size(size, buckets) - size
     if extra == 0:
         return tensor, size
-    padding = [0, 0] * (tensor.dim() - dim - 1) + [0, extra]  # F.pad lists dims from the last
+    before, after = (extra, 0) if side == "left" else (0, extra)
+    padding = [0, 0] * (tensor.dim() - dim - 1) + [before, after]  # F.pad lists dims from the last
     return F.pad(tensor, padding, value=value), size
