@@ -26,7 +26,7 @@ def load_bench():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-def test_sharded_load_holds_no_second_host_copy(tmp_path):
+def test_sharded_load_holds_no_second_host_copy(tmp_path, record_property):
     bench = load_bench()
     checkpoint = bench.write_checkpoint(tmp_path, "160m")
     assert checkpoint["shards"] >= 5 and checkpoint["largest_shard"] < checkpoint["total"] / 4
@@ -34,6 +34,9 @@ def test_sharded_load_holds_no_second_host_copy(tmp_path):
     assert row["model_bytes"] >= checkpoint["parameters"] * 4  # float32 parameters, and buffers
     assert row["device"] >= row["model_bytes"]  # the weights are on the device
     transient = bench.transient(row)
+    for name, value in [*checkpoint.items(), *row.items()]:
+        record_property(name, value)  # tests/hf/report.py quotes them in docs/hf_support.md
+    record_property("transient", transient)
     # A full host copy of the model would put this at or above the checkpoint's size;
     # streaming shard by shard keeps it near one shard (see docs/benchmarks.md).
     assert transient < checkpoint["total"], (transient, checkpoint)
