@@ -5,7 +5,11 @@ Configurations, measured side by side in one process:
 - **cpu eager**: PyTorch's own CPU kernels;
 - **cpu inductor**: ``torch.compile(backend="inductor")`` on CPU;
 - **tpu strict / fused / compiled**: torchtpu's strict eager mode, fused
-  eager mode (``DEFER_AND_FUSE``) and ``torch.compile(backend="tpu")``;
+  eager mode (``DEFER_AND_FUSE``) and ``torch.compile(backend="tpu")``
+  (three programs per training step: forward, backward, optimizer);
+- **tpu compiled+fused**: the same compiled function run in fused eager
+  mode, where the three compiled graphs join one pending graph: the whole
+  training step is one XLA program;
 - **jax**: the same math written by hand in JAX under ``jax.jit`` (the
   weights are the model's own, so its loss must equal the others'); this is
   the ceiling for anything that runs on XLA;
@@ -54,7 +58,8 @@ def torch_runner(model, device, mode, batch, train):
     """A step function for one torch configuration; returns the loss as a float."""
     model = copy.deepcopy(model).to(device)
     ids, labels = (t.to(device) for t in batch)
-    optimizer = make_optimizer(model, capturable=device == "tpu" and mode == "compiled")
+    compiled = mode.startswith("compiled")
+    optimizer = make_optimizer(model, capturable=device == "tpu" and compiled)
 
     def forward():
         with torch.no_grad():
@@ -69,9 +74,10 @@ def torch_runner(model, device, mode, batch, train):
         return loss.detach()
 
     fn = train_step if train else forward
-    if mode in ("compiled", "inductor"):
-        fn = torch.compile(fn, backend="tpu" if mode == "compiled" else "inductor")
-    eager_mode = torch.tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else torch.tpu.EagerMode.DEFER_NEVER
+    if compiled or mode == "inductor":
+        fn = torch.compile(fn, backend="tpu" if compiled else "inductor")
+    fuse = mode in ("fused", "compiled+fused")
+    eager_mode = torch.tpu.EagerMode.DEFER_AND_FUSE if fuse else torch.tpu.EagerMode.DEFER_NEVER
 
     def step():
         with torch.tpu.eager_mode(eager_mode):
@@ -181,7 +187,8 @@ def measure(step, steps):
     return cold, statistics.median(times), losses
 
 
-CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "jax", "pytorch/xla"]
+CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "tpu compiled+fused", "jax",
+           "pytorch/xla"]
 PTXLA_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv-ptxla", "bin", "python")
 
 
@@ -219,7 +226,7 @@ def run(size, train, steps, configs):
             rows[name] = error
         finally:
             if name in rows:
-                print(f"  {name:13s} {_describe(rows[name])}", file=sys.stderr, flush=True)
+                print(f"  {name:18s} {_describe(rows[name])}", file=sys.stderr, flush=True)
     return rows
 
 

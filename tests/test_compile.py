@@ -29,8 +29,8 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def train_steps(model, optimizer_name, batches, loss_fn, compiled):
-    optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+def make_step(model, optimizer, loss_fn):
+    """One training step: forward, loss, backward, optimizer step."""
 
     def step(*batch):
         loss = loss_fn(model, *batch)
@@ -39,6 +39,11 @@ def train_steps(model, optimizer_name, batches, loss_fn, compiled):
         optimizer.zero_grad()
         return loss.detach()
 
+    return step
+
+
+def train_steps(model, optimizer_name, batches, loss_fn, compiled):
+    step = make_step(model, OPTIMIZERS[optimizer_name](model.parameters()), loss_fn)
     if compiled:
         step = torch.compile(step, backend="tpu")
     return torch.stack([step(*b) for b in batches])
@@ -80,16 +85,7 @@ def test_compiled_training_step_matches_cpu(make_model, optimizer_name, batches,
 def test_later_steps_do_not_recompile():
     torch.manual_seed(0)
     model = GPT().to("tpu")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    @torch.compile(backend="tpu")
-    def step(idx, targets):
-        loss = lm_loss(model, idx, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss.detach()
-
+    step = torch.compile(make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), lm_loss), backend="tpu")
     batches = [tuple(t.to("tpu") for t in b) for b in lm_batches(steps=5)]
     for b in batches[:2]:
         step(*b)
@@ -302,3 +298,74 @@ def test_bucket_size(n, buckets, expected):
 def test_bucket_size_beyond_the_largest_bucket_raises():
     with pytest.raises(ValueError, match="larger than the largest bucket"):
         torch.tpu.bucket_size(33, [4, 12, 32])
+
+
+def test_torchtpu_runtime_is_skipped_by_dynamo():
+    """Dynamo must not trace our executors when eager ops run between graphs (a backward
+    after a graph break): every runtime module, packages included, is on its skip list."""
+    import importlib
+
+    from torch._dynamo import trace_rules
+
+    from torchtpu.compile import backend
+
+    for name in backend._RUNTIME_MODULES:
+        module = importlib.import_module(name)
+        assert trace_rules.check_file(module.__file__).skipped, name
+
+
+def _fused_graphs_per_step(step, batches):
+    from torchtpu.runtime import stats
+
+    losses, graphs = [], []
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        for b in batches:
+            before = stats.fused["graphs run"]
+            losses.append(step(*b).item())
+            graphs.append(stats.fused["graphs run"] - before)
+    return losses, graphs
+
+
+def test_compiled_training_step_in_fused_mode_is_one_program():
+    """In fused mode the forward, backward and optimizer graphs join one pending graph,
+    so each training step runs as a single XLA program, compiled once."""
+    from torchtpu.runtime import stats
+
+    torch.manual_seed(0)
+    model = GPT()
+    device_model = copy.deepcopy(model).to("tpu")
+    batches = lm_batches(steps=4)
+
+    def adamw_step(model, capturable):
+        return make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=capturable), lm_loss)
+
+    cpu_step = adamw_step(model, False)
+    expected = [cpu_step(*b).item() for b in batches]
+    step = torch.compile(adamw_step(device_model, True), backend="tpu")
+    hits, donated = stats.fused["graph cache hits"], stats.fused["buffers donated"]
+    losses, graphs = _fused_graphs_per_step(step, [tuple(t.to("tpu") for t in b) for b in batches])
+    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-6)
+    for p_cpu, p_tpu in zip(model.parameters(), device_model.parameters()):
+        torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-3, atol=1e-4)
+    assert graphs == [1, 1, 1, 1], graphs
+    assert stats.fused["graph cache hits"] - hits >= 2, "later steps reuse the compiled step"
+    assert stats.fused["buffers donated"] > donated, "parameters and optimizer state are updated in place"
+
+
+def test_compiled_graph_in_fused_mode_reads_and_writes_through_views():
+    def fn(x, y):
+        x[1:].add_(y)  # an input written through a view
+        return (x * 2).sum(0), y.t()
+
+    torch.manual_seed(0)
+    base, y = torch.randn(5, 3), torch.randn(4, 3)
+    expected = fn(base.clone()[:, :], y)
+    device_base = base.to("tpu")
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        view = device_base.t().t()  # a view of the whole storage
+        actual = torch.compile(fn, backend="tpu")(view, y.to("tpu").t().contiguous().t())
+    assert_same(actual[0], expected[0])
+    assert_same(actual[1], expected[1])
+    expected_base = base.clone()
+    expected_base[1:] += y
+    assert_same(device_base, expected_base)

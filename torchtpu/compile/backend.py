@@ -6,6 +6,7 @@ import collections
 import functools
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .. import dtypes, tensor
-from ..execution import graph
+from ..execution import fused, graph, strict
 from ..ops.registry import LOWERINGS
 from ..runtime import compile_cache, precision, rng, stats
 
@@ -76,6 +77,7 @@ class CompiledGraph:
         self.mutated = graph.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)
         self.programs = {}  # signature -> (compiled program, constant outputs)
+        self.recorded = {}  # input description -> _RecordedGraph, for fused eager mode
         # Dynamo re-traces a frame when a static shape changes: the same code
         # comes back as a new graph, so recompiles are tracked by the code.
         self.code_key = (name, gm.code)
@@ -84,6 +86,8 @@ class CompiledGraph:
         if self.eager:
             return self.gm(*args)
         inputs = [_device_value(a) for a in args]
+        if fused.recording() and self._record_safe(args, inputs):
+            return self._record(args, inputs)
         donated = _donatable(inputs, self.mutated)
         signature = (tuple(_signature(a) for a in inputs), (f"precision={precision.current}", f"donate={donated}"))
         entry = self.programs.get(signature)
@@ -137,6 +141,95 @@ class CompiledGraph:
         return program, constants
 
 
+    # ---- fused eager: the graph joins the pending graph ----------------------------
+
+    def _record_safe(self, args, inputs) -> bool:
+        """Whether the call can be deferred: every input it overwrites is a tpu tensor
+        with a storage of its own among the inputs (a CPU step count is a host write)."""
+        storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
+        return all(args[i] is inputs[i] and storages[inputs[i].untyped_storage()._cdata] == 1 for i in self.mutated)
+
+    def _record(self, args, inputs):
+        """Append this graph to the pending fused graph, so that the forward, the backward
+        and the optimizer's graphs of a training step run as one program at the next sync."""
+        buffers, slots, reads = [], {}, []
+        for value in inputs:
+            if not isinstance(value, torch.Tensor):
+                reads.append(value)
+                continue
+            buffer = tensor.buffer_of(value)
+            slot = slots.setdefault(id(buffer), len(buffers))
+            if slot == len(buffers):
+                buffers.append(buffer)
+            old_dtype = None if buffer._value is None else buffer._value.dtype
+            reads.append(_Read(slot, buffer.layout, tensor.layout_of(value), dtypes.to_jax(value.dtype),
+                               value.untyped_storage().nbytes(), old_dtype))
+        seed, offset = rng.next_seed_and_offset()
+        dynamic = [b._value for b in buffers] + [int(seed % (1 << 32)), int(offset)]
+        key = (tuple(reads), precision.current)
+        program = self.recorded.get(key)
+        if program is None:
+            try:
+                program = self.recorded[key] = _RecordedGraph(self, reads, dynamic)
+            except _UNTRACEABLE as error:
+                _fall_back(self.name, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+                self.eager = True
+                return self.gm(*args)
+        outs, written = fused.record(None, program, dynamic)
+        for slot, value in written.items():
+            buffers[slot].set(value, program.written_layouts[slot])
+        for position in self.mutated:
+            torch.autograd.graph.increment_version(args[position])
+        outs = iter(outs)
+        return [_wrap(next(outs), meta) if c is _ARRAY else c for c, meta in zip(program.constants, self.out_metas)]
+
+
+class _Read(NamedTuple):
+    """How a recorded graph reads one tensor input from its storage's value."""
+
+    slot: int
+    storage_layout: tuple
+    layout: tuple
+    dtype: object
+    nbytes: int
+    storage_dtype: object
+
+
+class _RecordedGraph:
+    """A compiled graph as one step of the fused graph: the interface of strict.Program
+    that ``fused.record`` uses.  It reads its inputs through their views and writes
+    the inputs it overwrites back into their storages, inside the program."""
+
+    fresh_outputs = True
+
+    def __init__(self, compiled: CompiledGraph, reads, dynamic):
+        writes = {reads[i].slot: reads[i] for i in compiled.mutated}
+        constants = []
+
+        def pure(*dynamic):
+            *storages, seed, offset = dynamic
+            values = [tensor.view_of(storages[r.slot], r.storage_layout, r.layout, r.dtype, r.nbytes)
+                      if isinstance(r, _Read) else r for r in reads]
+            outs, new_values = compiled.fn(values, seed, offset)
+            constants[:] = [_ARRAY if isinstance(o, jax.Array) else o for o in outs]
+            written = {
+                r.slot: tensor.with_view_written(storages[r.slot], r.storage_layout, r.layout, new, r.nbytes)
+                for r, new in zip(writes.values(), new_values)
+            }
+            return [o for o in outs if isinstance(o, jax.Array)], written
+
+        with tensor.x64():
+            arrays, _ = jax.eval_shape(pure, *map(strict.abstract_value, dynamic))
+        self.pure = pure
+        self.constants = constants
+        metas = [m for c, m in zip(constants, compiled.out_metas) if c is _ARRAY]
+        self.out_metas = [(a.shape, _stride(m), m.dtype) for a, m in zip(arrays, metas)]
+        self.written_layouts, self.written_dtypes = {}, {}
+        for slot, r in writes.items():
+            layout, dtype = tensor.written_layout(r.storage_dtype, r.storage_layout, r.layout, r.dtype, r.nbytes)
+            self.written_layouts[slot], self.written_dtypes[slot] = layout, dtype
+
+
 def _write_back(original, on_device, array) -> None:
     """Store an overwritten input's new value, as the graph's ``copy_`` would have."""
     if original is on_device:
@@ -167,11 +260,15 @@ def _device_value(value):
     return value
 
 
+def _stride(meta):
+    """The stride an output gets: the graph's own when it is dense, else contiguous."""
+    return tuple(meta.stride()) if is_non_overlapping_and_dense_or_false(meta) else None
+
+
 def _wrap(value, meta):
-    if not isinstance(meta, torch.Tensor) or not isinstance(value, jax.Array):
+    if not isinstance(meta, torch.Tensor) or not isinstance(value, (jax.Array, tensor.Deferred)):
         return value
-    stride = tuple(meta.stride()) if is_non_overlapping_and_dense_or_false(meta) else None
-    return tensor.from_array(value, meta.dtype, stride)
+    return tensor.from_array(value, meta.dtype, _stride(meta))
 
 
 _UNTRACEABLE = (graph.UnsupportedGraph, jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,

@@ -112,6 +112,11 @@ def _hook_optimizers() -> None:
         _hooked.append(register_optimizer_step_post_hook(_after_optimizer_step))
 
 
+def recording() -> bool:
+    """Whether fused mode is on: ops (and compiled graphs) join the pending graph."""
+    return strict._launch is record
+
+
 def pending_ops() -> int:
     return len(_graph.steps)
 
