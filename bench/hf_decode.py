@@ -19,6 +19,7 @@ median times, so the prefill and the per-call overhead cancel.
 **generate tok/s** is ``long`` new tokens over the whole call, prefill
 included.  **cold s** is the first call, compiles included.  Ratios are to
 cpu eager; **tokens = cpu** says whether the greedy tokens equal CPU's.
+The configurations take turns within each repeat.
 
     .venv/bin/python bench/hf_decode.py              # ~100M parameters; writes its section of docs/benchmarks.md
     .venv/bin/python bench/hf_decode.py --quick      # ~10M parameters, fewer tokens, writes nothing
@@ -28,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import os
-import platform
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ import transformers
 from llama_config import SIZES, make_model
 
 import torchtpu  # noqa: F401  registers the tpu device
-from results import write_section
+from results import how_measured, write_section
 
 PROMPT = 32
 CONFIGS = ["cpu eager", "tpu eager", "tpu compiled"]
@@ -77,23 +76,49 @@ def decoder(model, name: str, long: int):
     return generate
 
 
-def measure(generate, short: int, long: int, repeats: int) -> dict:
+def cold_start(generate, short: int, long: int) -> dict:
+    """The first call (compiles included), and the programs compiled by it and by a first short call."""
     misses = torch.tpu.compile_cache_stats()["misses"]
     start = time.perf_counter()
     tokens = generate(long)
     cold = time.perf_counter() - start
-    generate(short)  # the short call's own first-time work (none expected)
-    compiles = torch.tpu.compile_cache_stats()["misses"] - misses
-    times = {short: [], long: []}
+    generate(short)
+    return {"tokens": tokens, "cold": cold, "compiles": torch.tpu.compile_cache_stats()["misses"] - misses,
+            "times": {short: [], long: []}}
+
+
+def measure(generators: dict, short: int, long: int, repeats: int) -> dict:
+    """Every configuration's rates; the configurations take turns within each repeat,
+    so that load from elsewhere on the machine hits them alike."""
+    rows = {}
+    for name, generate in generators.items():
+        try:
+            rows[name] = cold_start(generate, short, long)
+        except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
+            rows[name] = error
+        print(f"  {name:13s} {_describe_cold(rows[name])}", file=sys.stderr, flush=True)
+    misses = torch.tpu.compile_cache_stats()["misses"]
     for _ in range(repeats):
-        for n in (short, long):
-            start = time.perf_counter()
-            generate(n)
-            times[n].append(time.perf_counter() - start)
-    t_short, t_long = statistics.median(times[short]), statistics.median(times[long])
-    return {"tokens": tokens, "cold": cold, "compiles": compiles, "decode": (long - short) / (t_long - t_short),
-            "generate": long / t_long, "after_cold_compiles": torch.tpu.compile_cache_stats()["misses"] - misses
-            - compiles}
+        for name, row in rows.items():
+            if isinstance(row, Exception):
+                continue
+            for n in (short, long):
+                start = time.perf_counter()
+                generators[name](n)
+                row["times"][n].append(time.perf_counter() - start)
+    for row in rows.values():
+        if not isinstance(row, Exception):
+            t_short, t_long = statistics.median(row["times"][short]), statistics.median(row["times"][long])
+            row.update(decode=(long - short) / (t_long - t_short), generate=long / t_long)
+    recompiles = torch.tpu.compile_cache_stats()["misses"] - misses
+    print(f"  programs compiled after the first calls: {recompiles}", file=sys.stderr)
+    return rows
+
+
+def _describe_cold(row) -> str:
+    if isinstance(row, Exception):
+        return f"failed: {type(row).__name__}: {str(row).splitlines()[0][:160]}"
+    return f"cold {row['cold']:6.1f} s, {row['compiles']} programs compiled"
 
 
 def table(rows: dict, title: str) -> str:
@@ -123,44 +148,41 @@ def main():
     parser.add_argument("--long", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--cpu-threads", type=int, help="CPU PyTorch's threads (steadier on a busy machine)")
     args = parser.parse_args()
+    if args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
     size = "10m" if args.quick else args.size
     short, long, repeats = (4, 12, 1) if args.quick else (args.short, args.long, args.repeats)
     transformers.logging.set_verbosity_error()
-    started = time.time()
+    started, load = time.time(), os.getloadavg()
     model = make_model(size).eval()
     params = sum(p.numel() for p in model.parameters())
     title = (f"Llama {size} ({params / 1e6:.1f}M parameters), float32, batch 1, prompt {PROMPT} tokens, "
              f"greedy, static cache: {short} vs {long} new tokens")
     print(title, file=sys.stderr)
-    rows = {}
+    generators = {}
     for name in args.configs.split(","):
-        try:
-            rows[name] = measure(decoder(model, name, long), short, long, repeats)
-            r = rows[name]
-            print(f"  {name:13s} decode {r['decode']:7.1f} tok/s  generate {r['generate']:7.1f} tok/s  "
-                  f"cold {r['cold']:6.1f} s  compiles {r['compiles']} (+{r['after_cold_compiles']} later)",
-                  file=sys.stderr, flush=True)
-        except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
-            rows[name] = error
-            print(f"  {name:13s} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        generators[name] = decoder(model, name, long)
+    rows = measure(generators, short, long, repeats)
+    for name, r in rows.items():
+        if not isinstance(r, Exception):
+            print(f"  {name:13s} decode {r['decode']:7.1f} tok/s  generate {r['generate']:7.1f} tok/s",
+                  file=sys.stderr)
     report = table(rows, title)
     print(report)
     if args.quick:
         return
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {torch.tpu.get_device_name()}"
     versions = (f"torch {torch.__version__}, transformers {transformers.__version__}, "
                 f"torchtpu {torchtpu.__version__}; CPU PyTorch threads: {torch.get_num_threads()}")
+    command = f"python bench/hf_decode.py --size {size} --short {short} --long {long} --repeats {repeats}" + (
+        f" --cpu-threads {args.cpu_threads}" if args.cpu_threads else "")
     write_section("hf_decode.py", "\n".join([
         "## Hugging Face greedy decoding with a static cache", "",
         __doc__.split("\n\n", 1)[1].split("    .venv")[0].strip(), "",
         report, "",
-        "### How this was measured", "",
-        f"- Command: `python bench/hf_decode.py --size {size} --short {short} --long {long} --repeats {repeats}`",
-        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {machine}",
-        f"- Versions: {versions}",
-        f"- Total time: {time.time() - started:.0f} s",
+        how_measured(command, started, torch.tpu.get_device_name(), versions,
+                     notes=[f"Load average at start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (the cores are shared)"]),
     ]))
 
 

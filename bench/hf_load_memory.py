@@ -29,11 +29,8 @@ The columns split that extra:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import pathlib
-import platform
 import resource
 import subprocess
 import sys
@@ -197,22 +194,17 @@ def main():
 
     import torchtpu
 
-    from results import write_section
+    from results import how_measured, write_section
 
-    platform_name = rows["float32"]["platform"]
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}, torchtpu {torchtpu.__version__}"
+    peak = ("Peak: `VmHWM` of the loading process, reset to `VmRSS` (`/proc/self/clear_refs`) just before "
+            "`from_pretrained`; baseline: `VmRSS` after the imports and a first device op.")
     write_section("hf_load_memory.py", "\n".join([
         "## Host memory while loading a sharded checkpoint onto tpu", "",
         __doc__.split("\n\n", 1)[1].split("    .venv")[0].strip(), "",
         report, "",
-        "### How this was measured", "",
-        f"- Command: `python bench/hf_load_memory.py --size {size}`",
-        "- Peak: `VmHWM` of the loading process, reset to `VmRSS` (`/proc/self/clear_refs`) just before "
-        "`from_pretrained`; baseline: `VmRSS` after the imports and a first device op.",
-        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {platform_name}",
-        f"- Versions: torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"torchtpu {torchtpu.__version__}",
-        f"- Total time: {time.time() - started:.0f} s",
+        how_measured(f"python bench/hf_load_memory.py --size {size}", started, rows["float32"]["platform"],
+                     versions, notes=[peak]),
     ]))
 
 

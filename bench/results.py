@@ -19,3 +19,21 @@ def write_section(script: str, text: str) -> None:
     updated = pattern.sub(lambda _: block, current) if pattern.search(current) else f"{current.rstrip()}\n\n{block}\n"
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(updated)
+
+
+def how_measured(command: str, started: float, device: str, versions: str, notes=()) -> str:
+    """The closing "How this was measured" part of a section: command, notes, date, machine, versions, time."""
+    import datetime
+    import os
+    import platform
+    import time
+
+    return "\n".join([
+        "### How this was measured", "",
+        f"- Command: `{command}`",
+        *(f"- {note}" for note in notes),
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {device}",
+        f"- Versions: {versions}",
+        f"- Total time: {time.time() - started:.0f} s",
+    ])
