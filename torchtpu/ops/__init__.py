@@ -14,5 +14,6 @@ from . import (  # noqa: F401
     registry,
     rnn,
     shape,
+    special,
 )
 from . import foreach  # noqa: F401,E402  (after the per-tensor lowerings it maps onto)

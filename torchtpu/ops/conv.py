@@ -141,7 +141,7 @@ def _gather_windows(x, grids):
     order = list(range(lead)) + [lead + 2 * i for i in range(n)] + [lead + 2 * i + 1 for i in range(n)]
     x = jnp.transpose(x, order)
     outs = tuple(p.shape[0] for p, _ in grids)
-    x = x.reshape(x.shape[:lead] + outs + (-1,))
+    x = x.reshape(x.shape[:lead] + outs + (math.prod(p.shape[1] for p, _ in grids),))
     valid = np.ones((), bool)
     flat = np.zeros((), np.int64)
     for i, (positions, ok) in enumerate(grids):

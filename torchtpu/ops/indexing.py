@@ -16,6 +16,7 @@ with size 3"); a compiled program cannot.  Our rule:
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -258,6 +259,8 @@ def _flat_if_scalar(x):
 
 @lower(aten.gather.default)
 def gather(self, dim, index, *, sparse_grad=False):
+    if index.size == 0:  # CPU skips its shape checks for an empty index
+        return jnp.zeros(index.shape, self.dtype)
     if self.ndim == 0:
         return self.reshape(1)[index.reshape(-1)].reshape(index.shape)
     return self[_grid(index, _dim(dim, self.ndim))]
@@ -270,12 +273,25 @@ def _source_block(src, index):
     return src[tuple(slice(0, n) for n in index.shape)]
 
 
+def _unchanged_by_empty_index(scatter_fn):
+    """A scatter with an empty index returns ``self``: CPU skips its shape checks then."""
+
+    @functools.wraps(scatter_fn)
+    def lowered(self, dim, index, *args, **kwargs):
+        if index.size == 0:
+            return self
+        return scatter_fn(self, dim, index, *args, **kwargs)
+
+    return lowered
+
+
 def _scatter_target(self, dim, index):
     x = _flat_if_scalar(self)
     return x, _grid(_flat_if_scalar(index), _dim(dim, self.ndim))
 
 
 @lower(aten.scatter.src, aten.scatter.value)
+@_unchanged_by_empty_index
 def scatter(self, dim, index, src=None, value=None):
     src = value if src is None else src
     x, grid = _scatter_target(self, dim, index)
@@ -284,6 +300,7 @@ def scatter(self, dim, index, src=None, value=None):
 
 
 @lower(aten.scatter.reduce, aten.scatter.value_reduce)
+@_unchanged_by_empty_index
 def scatter_reduce_legacy(self, dim, index, src=None, value=None, *, reduce):
     src = value if src is None else src
     x, grid = _scatter_target(self, dim, index)
@@ -299,6 +316,7 @@ def _add_at(x, where, values):
 
 
 @lower(aten.scatter_add.default)
+@_unchanged_by_empty_index
 def scatter_add(self, dim, index, src):
     x, grid = _scatter_target(self, dim, index)
     return _add_at(x, grid, _source_block(src, _flat_if_scalar(index)).astype(x.dtype)).reshape(self.shape)
@@ -340,6 +358,7 @@ def _reduce_into(x, where, values, reduce, include_self):
 
 
 @lower(aten.scatter_reduce.two)
+@_unchanged_by_empty_index
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     x, grid = _scatter_target(self, dim, index)
     block = _source_block(src, _flat_if_scalar(index))
@@ -467,6 +486,34 @@ def unique2(self, sorted=True, return_inverse=False, return_counts=False):
     inverse = inverse.reshape(self.shape).astype(jnp.int64) if return_inverse else jnp.zeros((0,), jnp.int64)
     counts = counts.astype(jnp.int64) if return_counts else jnp.zeros((0,), jnp.int64)
     return values, inverse, counts
+
+
+@lower(aten.unique_consecutive.default, data_dependent=True)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    """Collapse runs of equal elements (of equal slices along ``dim``) to one."""
+    axis = 0 if dim is None else _dim(dim, self.ndim)
+    x = self.reshape(-1) if dim is None else jnp.moveaxis(self, axis, 0)
+    if x.shape[0] == 0:
+        starts = jnp.zeros((0,), bool)
+    else:
+        differs = (x[1:] != x[:-1]).reshape(x.shape[0] - 1, math.prod(x.shape[1:])).any(axis=1)
+        starts = jnp.concatenate([jnp.ones((1,), bool), differs])
+    values = x[starts] if dim is None else jnp.moveaxis(x[starts], 0, axis)
+    run = jnp.cumsum(starts) - 1
+    inverse = (run.reshape(self.shape) if dim is None else run) if return_inverse else jnp.zeros((0,), jnp.int64)
+    counts = jnp.diff(jnp.append(jnp.flatnonzero(starts), x.shape[0])) if return_counts else jnp.zeros((0,))
+    return values, inverse.astype(jnp.int64), counts.astype(jnp.int64)
+
+
+@lower(aten.repeat_interleave.Tensor, data_dependent=True)
+def repeat_interleave(repeats, *, output_size=None):
+    """``i`` repeated ``repeats[i]`` times, for each i in order."""
+    if repeats.ndim != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.size and int(jnp.min(repeats)) < 0:
+        raise RuntimeError("repeats can not be negative")
+    total = int(jnp.sum(repeats)) if output_size is None else output_size
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)
 
 
 @lower(aten.histc.default)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..runtime import precision
@@ -393,3 +394,98 @@ def linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
 def linalg_eigh(A, UPLO="L", compute_v=True):
     values, vectors = jnp.linalg.eigh(A, UPLO=UPLO, symmetrize_input=False)
     return values, vectors if compute_v else _empty(A.dtype)
+
+
+# ---- pairwise distances -----------------------------------------------------------------------
+
+
+def _p_norm(diff, p):
+    """The p-norm over the last axis (p = 0 counts the nonzero entries)."""
+    magnitude = jnp.abs(diff)
+    if p == 0:
+        return jnp.sum(magnitude != 0, axis=-1).astype(diff.dtype)
+    if p == 1:
+        return jnp.sum(magnitude, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(magnitude * magnitude, axis=-1))
+    if p == float("inf"):
+        return jnp.max(magnitude, axis=-1, initial=0)
+    return jnp.sum(magnitude ** p, axis=-1) ** (1.0 / p)
+
+
+def _euclidean_by_product(x1, x2):
+    """||a - b|| as sqrt(|a|^2 + |b|^2 - 2 a.b), one matrix product, as CPU's fast path computes it."""
+    x1_sq = jnp.sum(x1 * x1, axis=-1, keepdims=True)
+    x2_sq = jnp.sum(x2 * x2, axis=-1, keepdims=True)
+    left = jnp.concatenate([-2 * x1, x1_sq, jnp.ones_like(x1_sq)], axis=-1)
+    right = jnp.concatenate([x2, jnp.ones_like(x2_sq), x2_sq], axis=-1)
+    squared = _product("...pm,...rm->...pr", left, right).astype(x1.dtype)
+    return jnp.sqrt(jnp.maximum(squared, 0))
+
+
+@lower(aten._euclidean_dist.default)
+def euclidean_dist(x1, x2):
+    return _euclidean_by_product(x1, x2)
+
+
+def _p_norm_slope(diff, dist, p):
+    """d dist / d diff for each element of ``diff`` (dist = its p-norm), with CPU's values at 0."""
+    sign = jnp.sign(diff)
+    magnitude = jnp.abs(diff)
+    if p == 0:
+        return jnp.zeros_like(diff)
+    if p == 1:
+        return sign
+    if p == float("inf"):
+        return sign * (magnitude == dist)
+    safe = jnp.where(dist == 0, 1, dist)
+    if p < 2:
+        slope = sign * magnitude ** (p - 1) / safe ** (p - 1)
+        slope = jnp.where((diff == 0) & (p < 1), 0, slope)
+    elif p == 2:
+        slope = diff / safe
+    else:
+        slope = diff * magnitude ** (p - 2) / safe ** (p - 1)
+    return jnp.where(dist == 0, 0, slope)
+
+
+@lower(aten._cdist_backward.default, static_numbers=True)
+def cdist_backward(grad, x1, x2, p, cdist):
+    """The gradient of _cdist_forward with respect to x1."""
+    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    left = jnp.broadcast_to(x1, batch + x1.shape[-2:])
+    right = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    slope = _p_norm_slope(left[..., :, None, :] - right[..., None, :, :], cdist[..., None], p)
+    full = jnp.sum(grad[..., None] * slope, axis=-2)
+    extra = full.ndim - x1.ndim
+    full = jnp.sum(full, axis=tuple(range(extra))) if extra else full
+    broadcast = tuple(d for d in range(x1.ndim - 2) if x1.shape[d] == 1 and full.shape[d] != 1)
+    return jnp.sum(full, axis=broadcast, keepdims=True) if broadcast else full
+
+
+@lower(aten._cdist_forward.default, static_numbers=True)
+def cdist_forward(x1, x2, p, compute_mode=None):
+    """Distances between the rows of x1 (..., P, M) and x2 (..., R, M).  For p = 2, CPU
+    uses the matrix-product form when asked (mode 1) or, by default, when P or R exceeds 25."""
+    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
+    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    by_product = compute_mode == 1 or (compute_mode in (None, 0) and max(x1.shape[-2], x2.shape[-2]) > 25)
+    if p == 2 and by_product:
+        return _euclidean_by_product(x1, x2)
+    return _p_norm(x1[..., :, None, :] - x2[..., None, :, :], p)
+
+
+@lower(aten._pdist_forward.default, static_numbers=True)
+def pdist_forward(self, p=2.0):
+    """Distances between every pair of rows i < j of an (N, M) matrix, row-major."""
+    rows, cols = np.triu_indices(self.shape[0], 1)
+    return _p_norm(self[rows] - self[cols], p)
+
+
+@lower(aten._pdist_backward.default, static_numbers=True)
+def pdist_backward(grad, self, p, pdist):
+    """Each pair (i, j) pushes +slope into row i and -slope into row j."""
+    rows, cols = np.triu_indices(self.shape[0], 1)
+    push = grad[:, None] * _p_norm_slope(self[rows] - self[cols], pdist[:, None], p)
+    return jnp.zeros_like(self).at[rows].add(push).at[cols].add(-push)

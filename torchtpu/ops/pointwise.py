@@ -90,7 +90,6 @@ for _op, _fn in {
     aten.erfc: jsp.erfc,
     aten.erfinv: _erfinv,
     aten.lgamma: jsp.gammaln,
-    aten.digamma: jsp.digamma,
     aten.i0: jsp.i0,
     aten.sinc: jnp.sinc,
     aten.reciprocal: jnp.reciprocal,
@@ -635,3 +634,12 @@ def polar(abs, angle):  # noqa: A002 - the ATen schema's name
 def frexp(self):
     mantissa, exponent = jnp.frexp(self)
     return mantissa, exponent.astype(jnp.int32)
+
+
+@lower(aten.angle.default)
+@elementwise(1, Promotion.INT_TO_FLOAT)
+def angle(x):
+    """The argument of a complex number; for reals pi below zero, else 0 (NaN stays NaN)."""
+    if is_complex(x):
+        return jnp.arctan2(jnp.imag(x), jnp.real(x))
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0.0))

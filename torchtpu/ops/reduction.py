@@ -320,6 +320,15 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm(x, ord, dim, keepdim, dtype)
 
 
+@lower(aten.renorm.default, static_numbers=True)
+def renorm(self, p, dim, maxnorm):
+    """Scale each slice along ``dim`` whose p-norm exceeds ``maxnorm`` down to norm ``maxnorm``."""
+    dim = canonical_dim(dim, self.ndim)
+    norm = _vector_norm(self, p, [d for d in range(self.ndim) if d != dim], True, None)
+    factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    return (self.astype(factor.dtype) * factor).astype(self.dtype)
+
+
 @lower(aten.norm.Scalar, aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dtype, aten.norm.ScalarOpt_dim_dtype,
        static_numbers=True)
 def norm(x, p=2, dim=None, keepdim=False, *, dtype=None):

@@ -293,6 +293,14 @@ def detach_copy(self):
     return self
 
 
+@lower(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
+def channel_shuffle(self, groups):
+    """(N, g * c, *) -> (N, c * g, *): channel i * c + j moves to j * g + i."""
+    n, channels = self.shape[:2]
+    grouped = self.reshape((n, groups, channels // groups) + self.shape[2:])
+    return jnp.swapaxes(grouped, 1, 2).reshape(self.shape)
+
+
 @lower(aten.split_copy.Tensor)
 def split_copy(self, split_size, dim=0):
     axis = _dim(dim, self.ndim)
