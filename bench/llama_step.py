@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from llama_config import BETAS, EPS, LR, SIZES, WEIGHT_DECAY, make_batch, make_model, make_optimizer
 
 import torchtpu  # noqa: F401  registers the tpu device
+import torchtpu.execution.fused
 from results import write_section
 
 # ---- the torch configurations ---------------------------------------------------------------------
@@ -84,6 +85,8 @@ def torch_runner(model, device, mode, batch, train):
             loss = fn()
             return loss.item()  # a host sync: the step's device work is done
 
+    if fuse and train:  # the step is one program (the optimizer step ends the fused graph)
+        step.memory_analysis = torchtpu.execution.fused.memory_analysis
     return step
 
 
@@ -169,6 +172,8 @@ def jax_runner(model, batch, train):
         loss, state = train_step(state)
         return float(loss)
 
+    if train:
+        step.memory_analysis = lambda: train_step.lower(state).compile().memory_analysis()
     return step
 
 
@@ -205,6 +210,9 @@ def ptxla_row(size, steps):
     return result["cold"], result["step"], result["losses"]
 
 
+PEAKS = {}  # configuration -> peak device memory of its (single-program) training step, bytes
+
+
 def run(size, train, steps, configs):
     model = make_model(size)
     batch = make_batch(model.config.vocab_size)
@@ -222,6 +230,9 @@ def run(size, train, steps, configs):
                 device, mode = name.split()
                 step = torch_runner(model, "tpu" if device == "tpu" else "cpu", mode, batch, train)
             rows[name] = measure(step, steps)
+            if train and hasattr(step, "memory_analysis"):
+                m = step.memory_analysis()
+                PEAKS[name] = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
         except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
             rows[name] = error
         finally:
@@ -252,6 +263,26 @@ def table(rows, title):
     return "\n".join(lines)
 
 
+def _fresh_process(size, steps, config, env=None):
+    """One configuration's training row, measured in a new process."""
+    done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs", config,
+                           "--train-only", "--json"], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])[config]
+
+
+def peak_memory():
+    """Peak device memory of one training step, for the configurations that run it as one
+    program: XLA's buffer assignment for that program (arguments + outputs - outputs
+    aliased to donated arguments + temporaries).  On XLA's CPU backend there are no
+    device memory statistics to read instead."""
+    lines = ["### Peak device memory of the training step (configurations that run it as one program)", "",
+             "| configuration | peak MB (arguments + outputs - aliased + temporaries) | / jax |", "|---|---|---|"]
+    for name, peak in PEAKS.items():
+        ratio = f"{peak / PEAKS['jax']:.2f}" if "jax" in PEAKS else "n/a"
+        lines.append(f"| {name} | {peak / 2**20:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
 def warm_start(size, steps):
     """Time to the end of step 2 of the compiled training step, in a fresh process with an empty
     disk cache and then in a second one that finds it full (TORCHTPU_CACHE_DIR)."""
@@ -259,10 +290,7 @@ def warm_start(size, steps):
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHTPU_CACHE_DIR": cache}
         for _ in range(2):
-            done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs",
-                                   "tpu compiled", "--train-only", "--json"],
-                                  env=env, capture_output=True, text=True, check=True)
-            colds.append(json.loads(done.stdout.strip().splitlines()[-1])["tpu compiled"]["cold"])
+            colds.append(_fresh_process(size, steps, "tpu compiled", env)["cold"])
     return "\n".join([
         "### Warm start from the disk cache (compiled training step, a new process each)", "",
         "| process | cold (to end of step 2) s |", "|---|---|",
@@ -292,11 +320,13 @@ def main():
         rows = run(args.size, train, steps, configs)
         sections.append(table(rows, title))
     if args.json:
-        print(json.dumps({name: {"cold": row[0], "step": row[1]} for name, row in rows.items()
-                          if not isinstance(row, Exception)}))
+        print(json.dumps({name: {"cold": row[0], "step": row[1]}
+                          for name, row in rows.items() if not isinstance(row, Exception)}))
         return
     if not (args.quick or args.no_warm_start):
         sections.append(warm_start(args.size, steps))
+    if PEAKS:
+        sections.append(peak_memory())
     report = "\n\n".join(sections)
     print(report)
     if args.quick:

@@ -342,13 +342,15 @@ def test_compiled_training_step_in_fused_mode_is_one_program():
     cpu_step = adamw_step(model, False)
     expected = [cpu_step(*b).item() for b in batches]
     step = torch.compile(adamw_step(device_model, True), backend="tpu")
-    hits, donated = stats.fused["graph cache hits"], stats.fused["buffers donated"]
+    compiled, donated = stats.fused["graphs compiled"], stats.fused["buffers donated"]
     losses, graphs = _fused_graphs_per_step(step, [tuple(t.to("tpu") for t in b) for b in batches])
     torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-6)
     for p_cpu, p_tpu in zip(model.parameters(), device_model.parameters()):
         torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-3, atol=1e-4)
     assert graphs == [1, 1, 1, 1], graphs
-    assert stats.fused["graph cache hits"] - hits >= 2, "later steps reuse the compiled step"
+    # The optimizer state that Dynamo creates while tracing the first step runs at once,
+    # outside the pending graph, so the first step is the same program as the others.
+    assert stats.fused["graphs compiled"] - compiled == 1, "the step compiles once, at the first step"
     assert stats.fused["buffers donated"] > donated, "parameters and optimizer state are updated in place"
 
 

@@ -72,7 +72,8 @@ class CompiledGraph:
     def __init__(self, gm: torch.fx.GraphModule, name: str):
         self.name = name
         self.gm = gm
-        self.eager = False  # set when the graph cannot be traced: it then runs op by op
+        # Op by op instead: a graph of views only (no program needed), or one that cannot be traced.
+        self.eager = graph.only_views(gm)
         self.fn = graph.to_jax_function(gm)
         self.mutated = graph.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)

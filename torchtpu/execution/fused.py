@@ -26,6 +26,7 @@ import sys
 import warnings
 
 import jax
+from torch._guards import TracingContext
 
 from .. import dtypes, tensor
 from ..runtime import stats
@@ -125,6 +126,12 @@ def record(plan, program, dynamic):
     """The fused launcher: append the op's program and return Deferred results."""
     if not _hooked:
         _hook_optimizers()
+    if _dynamo_is_tracing() and not any(type(v) is tensor.Deferred for v in dynamic):
+        # Dynamo runs a few real ops while it traces (an optimizer creating its state at
+        # the first compiled step): run them now, so that the first step's pending graph
+        # is the same as every later step's and the step compiles once.
+        with tensor.x64():
+            return program.fn(*dynamic)
     if len(_graph.steps) >= _max_ops:
         flush("size limit")
         dynamic = [_materialized(v) for v in dynamic]
@@ -151,6 +158,10 @@ def record(plan, program, dynamic):
     graph.steps.append((program.pure, refs, tuple(positions), tuple(written_slots)))
     graph.key.append((program, refs))
     return outs, written
+
+
+def _dynamo_is_tracing() -> bool:
+    return TracingContext.try_get() is not None
 
 
 _traced: set = set()  # programs whose lowering has been traced once
@@ -188,6 +199,7 @@ def flush(cause: str | None = None) -> None:
             del _COMPILED[next(iter(_COMPILED))]
     else:
         stats.fused["graph cache hits"] += 1
+    _last_run[:] = [fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a for a in graph.externals]]
     stats.fused["graphs run"] += 1
     stats.fused["ops fused"] += len(graph.steps)
     stats.fused["buffers donated"] += len(donate)
@@ -198,6 +210,20 @@ def flush(cause: str | None = None) -> None:
         buffer = _holder(value)
         if buffer is not None:
             buffer.set(array, buffer.layout)
+
+
+_last_run: list = []  # the jitted function of the last graph run, and its inputs' shapes
+
+
+def memory_analysis():
+    """XLA's memory figures (arguments, outputs, aliased, temporaries) for the program of
+    the last graph run, or None before the first: its peak device memory is
+    ``argument + output - alias + temp`` bytes."""
+    if not _last_run:
+        return None
+    fn, avals = _last_run
+    with tensor.x64():
+        return fn.lower(*avals).compile().memory_analysis()
 
 
 def _materialized(value):

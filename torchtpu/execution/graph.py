@@ -52,6 +52,13 @@ def _is_view(op) -> bool:
     return isinstance(op, torch._ops.OpOverload) and op.is_view
 
 
+def only_views(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph computes nothing: its ops only make views (``loss.detach()``),
+    which eager execution makes from metadata, with no program to run."""
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    return all(_is_view(op) or op is operator.getitem for op in calls)
+
+
 def unsupported_ops(gm: torch.fx.GraphModule) -> list[str]:
     """The ops in ``gm`` that cannot be lowered, by name."""
     missing = set()
