@@ -136,3 +136,34 @@ def test_pooling_with_empty_batch():
 
 def test_digamma_at_zero():
     check(torch.digamma, torch.tensor([0.0, -0.0, -1.0, 0.5, -2.5]))
+
+
+def test_lu_unpack():
+    A = torch.randn(2, 4, 3)
+    LU, pivots = torch.linalg.lu_factor(A)
+    check(torch.lu_unpack, LU, pivots)
+    check(lambda lu, piv: torch.lu_unpack(lu, piv, unpack_data=False), LU, pivots)
+    check(lambda lu, piv: torch.lu_unpack(lu, piv, unpack_pivots=False), LU, pivots)
+    check_grad(lambda a: torch.linalg.lu_factor(a)[0], torch.randn(3, 3))
+
+
+def test_nonzero_static():
+    x = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, float("nan")]])
+    check(lambda t: torch.nonzero_static(t, size=2), x)
+    check(lambda t: torch.nonzero_static(t, size=6, fill_value=-7), x)
+    check(lambda t: torch.nonzero_static(t, size=3), torch.tensor(1.0))
+
+
+def test_matrix_exp():
+    check(torch.linalg.matrix_exp, torch.randn(3, 4, 4) * 0.5, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.elu, F.celu, F.selu, lambda t: F.elu(t, alpha=0.5)])
+def test_elu_family_gradients(fn):
+    check_grad(fn, torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("eps", [None, 0.2])
+def test_logit_gradient(eps):
+    x = torch.tensor([-0.5, 0.0, 0.1, 0.5, 0.9, 1.0, 1.5])
+    check_grad(lambda t: torch.logit(t, eps=eps), x, atol=1e-5, rtol=1e-5)

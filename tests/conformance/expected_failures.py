@@ -34,10 +34,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('amax', 'errors', 'float32'): 'ValueError: number of dimensions must be within [0, 64]',
  ('amin', 'errors', 'float32'): 'ValueError: number of dimensions must be within [0, 64]',
  ('aminmax', 'errors', 'float32'): 'ValueError: number of dimensions must be within [0, 64]',
- ('angle', 'forward', 'bfloat16'): 'no lowering: aten::angle.default',
- ('angle', 'forward', 'float32'): 'no lowering: aten::angle.default',
- ('angle', 'grad', 'float32'): 'no lowering: aten::angle.default',
- ('angle', 'out', 'float32'): 'no lowering: aten::angle.out',
  ('argsort', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not equal! Greatest absolute difference: 7974 at '
                                      'index (7314,)',
  ('as_strided.partial_views', 'grad', 'float32'): 'RuntimeError: setStorage: sizes [2, 2], strides [1, 2], storage '
@@ -53,8 +49,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
                                      'into shape (5, 5) (size 25)), CPU raises RuntimeError',
  ('cat', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
  ('cauchy', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
- ('cdist', 'forward', 'float32'): 'no lowering: aten::_cdist_forward.default',
- ('cdist', 'grad', 'float32'): 'no lowering: aten::_cdist_forward.default',
  ('chalf', 'forward', 'bfloat16'): 'worker crashed',
  ('chalf', 'forward', 'float32'): 'worker crashed',
  ('chalf', 'grad', 'float32'): 'worker crashed',
@@ -68,7 +62,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
                                    'CPU raises RuntimeError',
  ('copysign', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                      'broadcast shape [5, 5]; tpu did not raise',
- ('digamma', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('div.floor_rounding', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest absolute difference: '
                                                 '1.0 at index (5, 5, 3) (up to 1e-05 allowed)',
  ('div.floor_rounding', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't "
@@ -92,16 +85,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('fmod', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                  'broadcast shape [5, 5]; tpu did not raise',
  ('gather', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
- ('gather', 'forward', 'bfloat16'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'bool'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'complex64'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'float16'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'float32'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'float64'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'int32'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'forward', 'int64'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'grad', 'float32'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
- ('gather', 'out', 'float32'): 'IndexError: Too many indices: array is 1-dimensional, but 2 were indexed',
  ('ge', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                'broadcast shape [5, 5]; tpu did not raise',
  ('geometric', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
@@ -126,7 +109,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('histogramdd', 'forward', 'float32'): 'no lowering: aten::_histogramdd_bin_edges.default',
  ('hypot', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                   'broadcast shape [5, 5]; tpu did not raise',
- ('i0', 'grad', 'float32'): 'no lowering: aten::special_i1.out',
  ('igamma', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                    'broadcast shape [5, 5]; tpu did not raise',
  ('igammac', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
@@ -165,9 +147,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('linalg.lstsq', 'out', 'float32'): 'no lowering: aten::linalg_lstsq.out',
  ('linalg.lstsq.grad_oriented', 'forward', 'float32'): 'no lowering: aten::linalg_lstsq.out',
  ('linalg.lstsq.grad_oriented', 'grad', 'float32'): 'no lowering: aten::linalg_lstsq.out',
- ('linalg.lu_factor', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('linalg.lu_factor_ex', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('linalg.lu_solve', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
  ('linalg.slogdet', 'grad', 'float32'): 'mismatch: Tensor-likes are not close! Greatest absolute difference: '
                                         '0.2418331801891327 at index (0, 1) (up to 1e-05 allowed)',
  ('linalg.solve', 'grad', 'float32'): 'mismatch: Tensor-likes are not close! Greatest absolute difference: '
@@ -185,24 +164,14 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
                                 '1.2700316905975342 at index (0, 1) (up to 1e-05 allowed)',
  ('logit', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest absolute difference: 0.005859375 at '
                                    'index (3, 1, 3) (up to 1e-05 allowed)',
- ('logit', 'grad', 'float32'): 'no lowering: aten::logit_backward.grad_input',
  ('logsumexp', 'forward', 'complex64'): 'mismatch: Tensor-likes are not close! Greatest absolute difference: '
                                         '6.2831854820251465 at index (2, 0) (up to 1e-05 allowed)',
  ('lt', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                'broadcast shape [5, 5]; tpu did not raise',
- ('lu', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('lu_solve', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('lu_unpack', 'forward', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('lu_unpack', 'grad', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('lu_unpack', 'out', 'float32'): 'no lowering: aten::lu_unpack.out',
- ('masked.logaddexp', 'forward', 'bfloat16'): 'no lowering: aten::logaddexp.out',
- ('masked.logaddexp', 'forward', 'float32'): 'no lowering: aten::logaddexp.out',
- ('masked.logaddexp', 'grad', 'float32'): 'no lowering: aten::logaddexp.out',
  ('masked_scatter', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
  ('masked_scatter', 'inplace', 'float32'): 'mismatch: CPU raised RuntimeError, tpu raised ValueError: Cannot broadcast '
                                            'to shape with fewer dimensions: arr_shape=(5, 5) shape=(5,)',
  ('masked_select', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
- ('matrix_exp', 'forward', 'bfloat16'): 'no lowering: aten::linalg_matrix_exp.default',
  ('matrix_exp', 'forward', 'float32'): 'no lowering: aten::linalg_matrix_exp.default',
  ('matrix_exp', 'grad', 'float32'): 'no lowering: aten::linalg_matrix_exp.default',
  ('mode', 'forward', 'bfloat16'): 'mismatch: Scalars are not equal!',
@@ -230,22 +199,10 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('nn.functional.adaptive_avg_pool3d', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest '
                                                                'absolute difference: 0.0234375 at index (2, 3, 0, 2) '
                                                                '(up to 1e-05 allowed)',
- ('nn.functional.avg_pool1d', 'forward', 'bfloat16'): 'ZeroDivisionError: integer modulo by zero',
- ('nn.functional.avg_pool1d', 'forward', 'float32'): 'ZeroDivisionError: integer modulo by zero',
- ('nn.functional.avg_pool1d', 'grad', 'float32'): 'ZeroDivisionError: integer modulo by zero',
  ('nn.functional.avg_pool2d', 'forward', 'int64'): 'mismatch: Tensor-likes are not equal! Greatest absolute '
                                                    'difference: 1 at index (0, 0, 2, 1)',
- ('nn.functional.avg_pool3d', 'forward', 'float32'): 'ZeroDivisionError: integer modulo by zero',
- ('nn.functional.avg_pool3d', 'grad', 'float32'): 'ZeroDivisionError: integer modulo by zero',
- ('nn.functional.avg_pool3d', 'out', 'float32'): 'ZeroDivisionError: integer modulo by zero',
  ('nn.functional.batch_norm', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest absolute '
                                                       'difference: 0.0078125 at index (0, 0, 3) (up to 1e-05 allowed)',
- ('nn.functional.bilinear', 'grad', 'float32'): 'timeout: timed out after 60.0s',
- ('nn.functional.celu', 'grad', 'float32'): 'ValueError: The truth value of an array with more than one element is '
-                                            'ambiguous. Use a.any() or a.all()',
- ('nn.functional.channel_shuffle', 'forward', 'bfloat16'): 'no lowering: aten::channel_shuffle.default',
- ('nn.functional.channel_shuffle', 'forward', 'float32'): 'no lowering: aten::channel_shuffle.default',
- ('nn.functional.channel_shuffle', 'grad', 'float32'): 'no lowering: aten::channel_shuffle.default',
  ('nn.functional.conv1d', 'errors', 'float32'): 'mismatch: raised TypeError (All dilations must be positive, got '
                                                 '(-1,).), CPU raises RuntimeError',
  ('nn.functional.conv2d', 'errors', 'float32'): 'mismatch: raised TypeError (All dilations must be positive, got (-1, '
@@ -262,8 +219,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
                                                             '1e-05 allowed)',
  ('nn.functional.ctc_loss', 'forward', 'float32'): 'no lowering: aten::_ctc_loss.default',
  ('nn.functional.ctc_loss', 'grad', 'float32'): 'no lowering: aten::_ctc_loss.default',
- ('nn.functional.elu', 'grad', 'float32'): 'ValueError: The truth value of an array with more than one element is '
-                                           'ambiguous. Use a.any() or a.all()',
  ('nn.functional.embedding', 'forward', 'bfloat16'): 'no lowering: aten::embedding_renorm_.default',
  ('nn.functional.embedding', 'forward', 'float16'): 'no lowering: aten::embedding_renorm_.default',
  ('nn.functional.embedding', 'forward', 'float32'): 'no lowering: aten::embedding_renorm_.default',
@@ -297,15 +252,9 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('nn.functional.multi_margin_loss', 'grad', 'float32'): 'no lowering: aten::multi_margin_loss_backward.default',
  ('nn.functional.multilabel_margin_loss', 'grad', 'float32'): 'no lowering: '
                                                               'aten::multilabel_margin_loss_backward.default',
- ('nn.functional.pdist', 'forward', 'float32'): 'no lowering: aten::_pdist_forward.default',
- ('nn.functional.pdist', 'grad', 'float32'): 'no lowering: aten::_pdist_forward.default',
  ('nn.functional.rrelu', 'forward', 'bfloat16'): 'no lowering: aten::rrelu_with_noise.default',
  ('nn.functional.rrelu', 'forward', 'float32'): 'no lowering: aten::rrelu_with_noise.default',
  ('nn.functional.rrelu', 'inplace', 'float32'): 'no lowering: aten::rrelu_with_noise_.default',
- ('nn.functional.selu', 'grad', 'float32'): 'ValueError: The truth value of an array with more than one element is '
-                                            'ambiguous. Use a.any() or a.all()',
- ('nonzero_static', 'forward', 'bfloat16'): 'no lowering: aten::nonzero_static.default',
- ('nonzero_static', 'forward', 'float32'): 'no lowering: aten::nonzero_static.default',
  ('normal', 'out', 'float32'): 'mismatch: CPU raised RuntimeError: The size of tensor a (3) must match the size of '
                                'tensor b (0) at non-singleton di; tpu did not raise',
  ('normal.number_mean', 'out', 'float32'): 'mismatch: CPU raised RuntimeError: The size of tensor a (3) must match the '
@@ -313,41 +262,13 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('ormqr', 'forward', 'float32'): 'no lowering: aten::ormqr.default',
  ('ormqr', 'grad', 'float32'): 'no lowering: aten::ormqr.default',
  ('ormqr', 'out', 'float32'): 'no lowering: aten::ormqr.out',
- ('polygamma.polygamma_n_0', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_0', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_0', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('polygamma.polygamma_n_0', 'inplace', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_0', 'out', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_1', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_1', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_1', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('polygamma.polygamma_n_1', 'inplace', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_1', 'out', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_2', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_2', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_2', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('polygamma.polygamma_n_2', 'inplace', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_2', 'out', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_3', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_3', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_3', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('polygamma.polygamma_n_3', 'inplace', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_3', 'out', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_4', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_4', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_4', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
  ('polygamma.polygamma_n_4', 'inplace', 'float32'): 'no lowering: aten::polygamma.out',
- ('polygamma.polygamma_n_4', 'out', 'float32'): 'no lowering: aten::polygamma.out',
  ('remainder', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                       'broadcast shape [5, 5]; tpu did not raise',
- ('renorm', 'forward', 'bfloat16'): 'no lowering: aten::renorm.out',
- ('renorm', 'forward', 'float32'): 'no lowering: aten::renorm.out',
- ('renorm', 'grad', 'float32'): 'no lowering: aten::renorm.out',
- ('renorm', 'inplace', 'float32'): 'no lowering: aten::renorm.out',
- ('renorm', 'out', 'float32'): 'no lowering: aten::renorm.out',
- ('repeat_interleave', 'forward', 'bfloat16'): 'no lowering: aten::repeat_interleave.Tensor',
- ('repeat_interleave', 'forward', 'float32'): 'no lowering: aten::repeat_interleave.Tensor',
- ('repeat_interleave', 'grad', 'float32'): 'no lowering: aten::repeat_interleave.Tensor',
  ('scatter', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
  ('scatter_add', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
  ('sort', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not equal! Greatest absolute difference: 7974 at index '
@@ -369,69 +290,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('sparse.sampled_addmm', 'grad', 'float32'): "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with "
                                               "arguments from the 'SparseCsrtpu' backend. This could be because the "
                                               "operator doesn't exist for this backend, or was omitted during",
- ('special.airy_ai', 'forward', 'float32'): 'no lowering: aten::special_airy_ai.out',
- ('special.airy_ai', 'out', 'float32'): 'no lowering: aten::special_airy_ai.out',
- ('special.bessel_j0', 'forward', 'float32'): 'no lowering: aten::special_bessel_j0.out',
- ('special.bessel_j0', 'out', 'float32'): 'no lowering: aten::special_bessel_j0.out',
- ('special.bessel_j1', 'forward', 'float32'): 'no lowering: aten::special_bessel_j1.out',
- ('special.bessel_j1', 'out', 'float32'): 'no lowering: aten::special_bessel_j1.out',
- ('special.bessel_y0', 'forward', 'float32'): 'no lowering: aten::special_bessel_y0.out',
- ('special.bessel_y0', 'out', 'float32'): 'no lowering: aten::special_bessel_y0.out',
- ('special.bessel_y1', 'forward', 'float32'): 'no lowering: aten::special_bessel_y1.out',
- ('special.bessel_y1', 'out', 'float32'): 'no lowering: aten::special_bessel_y1.out',
- ('special.chebyshev_polynomial_t', 'forward', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_t.out',
- ('special.chebyshev_polynomial_t', 'out', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_t.out',
- ('special.chebyshev_polynomial_u', 'forward', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_u.out',
- ('special.chebyshev_polynomial_u', 'out', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_u.out',
- ('special.chebyshev_polynomial_v', 'forward', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_v.out',
- ('special.chebyshev_polynomial_v', 'out', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_v.out',
- ('special.chebyshev_polynomial_w', 'forward', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_w.out',
- ('special.chebyshev_polynomial_w', 'out', 'float32'): 'no lowering: aten::special_chebyshev_polynomial_w.out',
- ('special.hermite_polynomial_h', 'forward', 'float32'): 'no lowering: aten::special_hermite_polynomial_h.out',
- ('special.hermite_polynomial_h', 'out', 'float32'): 'no lowering: aten::special_hermite_polynomial_h.out',
- ('special.hermite_polynomial_he', 'forward', 'float32'): 'no lowering: aten::special_hermite_polynomial_he.out',
- ('special.hermite_polynomial_he', 'out', 'float32'): 'no lowering: aten::special_hermite_polynomial_he.out',
- ('special.laguerre_polynomial_l', 'forward', 'float32'): 'no lowering: aten::special_laguerre_polynomial_l.out',
- ('special.laguerre_polynomial_l', 'out', 'float32'): 'no lowering: aten::special_laguerre_polynomial_l.out',
- ('special.legendre_polynomial_p', 'forward', 'float32'): 'no lowering: aten::special_legendre_polynomial_p.out',
- ('special.legendre_polynomial_p', 'out', 'float32'): 'no lowering: aten::special_legendre_polynomial_p.out',
- ('special.modified_bessel_i0', 'forward', 'float32'): 'no lowering: aten::special_modified_bessel_i0.out',
- ('special.modified_bessel_i0', 'out', 'float32'): 'no lowering: aten::special_modified_bessel_i0.out',
- ('special.modified_bessel_i1', 'forward', 'float32'): 'no lowering: aten::special_modified_bessel_i1.out',
- ('special.modified_bessel_i1', 'out', 'float32'): 'no lowering: aten::special_modified_bessel_i1.out',
- ('special.modified_bessel_k0', 'forward', 'float32'): 'no lowering: aten::special_modified_bessel_k0.out',
- ('special.modified_bessel_k0', 'out', 'float32'): 'no lowering: aten::special_modified_bessel_k0.out',
- ('special.modified_bessel_k1', 'forward', 'float32'): 'no lowering: aten::special_modified_bessel_k1.out',
- ('special.modified_bessel_k1', 'out', 'float32'): 'no lowering: aten::special_modified_bessel_k1.out',
- ('special.polygamma.special_polygamma_n_0', 'forward', 'bfloat16'): 'no lowering: aten::polygamma.out',
- ('special.polygamma.special_polygamma_n_0', 'forward', 'float32'): 'no lowering: aten::polygamma.out',
- ('special.polygamma.special_polygamma_n_0', 'grad', 'float32'): 'no lowering: aten::polygamma.out',
- ('special.polygamma.special_polygamma_n_0', 'out', 'float32'): 'no lowering: aten::polygamma.out',
- ('special.scaled_modified_bessel_k0', 'forward', 'float32'): 'no lowering: '
-                                                              'aten::special_scaled_modified_bessel_k0.out',
- ('special.scaled_modified_bessel_k0', 'out', 'float32'): 'no lowering: aten::special_scaled_modified_bessel_k0.out',
- ('special.scaled_modified_bessel_k1', 'forward', 'float32'): 'no lowering: '
-                                                              'aten::special_scaled_modified_bessel_k1.out',
- ('special.scaled_modified_bessel_k1', 'out', 'float32'): 'no lowering: aten::special_scaled_modified_bessel_k1.out',
- ('special.shifted_chebyshev_polynomial_t', 'forward', 'float32'): 'no lowering: '
-                                                                   'aten::special_shifted_chebyshev_polynomial_t.out',
- ('special.shifted_chebyshev_polynomial_t', 'out', 'float32'): 'no lowering: '
-                                                               'aten::special_shifted_chebyshev_polynomial_t.out',
- ('special.shifted_chebyshev_polynomial_u', 'forward', 'float32'): 'no lowering: '
-                                                                   'aten::special_shifted_chebyshev_polynomial_u.out',
- ('special.shifted_chebyshev_polynomial_u', 'out', 'float32'): 'no lowering: '
-                                                               'aten::special_shifted_chebyshev_polynomial_u.out',
- ('special.shifted_chebyshev_polynomial_v', 'forward', 'float32'): 'no lowering: '
-                                                                   'aten::special_shifted_chebyshev_polynomial_v.out',
- ('special.shifted_chebyshev_polynomial_v', 'out', 'float32'): 'no lowering: '
-                                                               'aten::special_shifted_chebyshev_polynomial_v.out',
- ('special.shifted_chebyshev_polynomial_w', 'forward', 'float32'): 'no lowering: '
-                                                                   'aten::special_shifted_chebyshev_polynomial_w.out',
- ('special.shifted_chebyshev_polynomial_w', 'out', 'float32'): 'no lowering: '
-                                                               'aten::special_shifted_chebyshev_polynomial_w.out',
- ('special.spherical_bessel_j0', 'forward', 'float32'): 'no lowering: aten::special_spherical_bessel_j0.out',
- ('special.spherical_bessel_j0', 'out', 'float32'): 'no lowering: aten::special_spherical_bessel_j0.out',
- ('stft', 'forward', 'float32'): 'no lowering: aten::_fft_r2c.default',
  ('stft', 'grad', 'float32'): 'no lowering: aten::_fft_r2c.default',
  ('take', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
  ('tensor_split', 'forward', 'bfloat16'): 'RuntimeError: tensor_split expected tensor_indices_or_sections to be on '
@@ -453,7 +311,5 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('topk', 'forward', 'int64'): 'mismatch: Tensor-likes are not equal! Greatest absolute difference: 4 at index (3, 8, '
                                '1)',
  ('uniform', 'errors', 'float32'): 'mismatch: did not raise; CPU raises RuntimeError',
- ('unique_consecutive', 'forward', 'bfloat16'): 'no lowering: aten::unique_consecutive.default',
- ('unique_consecutive', 'forward', 'float32'): 'no lowering: aten::unique_consecutive.default',
  ('xlogy', 'inplace', 'float32'): "mismatch: CPU raised RuntimeError: output with shape [5, 1] doesn't match the "
                                   'broadcast shape [5, 5]; tpu did not raise'}

@@ -406,6 +406,15 @@ def nonzero(self):
     return jnp.argwhere(self).astype(jnp.int64)
 
 
+@lower(aten.nonzero_static.default, static_numbers=True)
+def nonzero_static(self, *, size, fill_value=-1):
+    """The first ``size`` rows of nonzero(self), padded with ``fill_value``: a static shape."""
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    coordinates = jnp.nonzero(self, size=size, fill_value=fill_value)
+    return jnp.stack(coordinates, axis=1).astype(jnp.int64)
+
+
 @lower(aten.argwhere.default, data_dependent=True)
 def argwhere(self):
     return nonzero(self)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.scipy import linalg as jsl
 
 from ..runtime import precision
 from .common import is_complex, is_integer
@@ -193,16 +194,39 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     return lu, _lapack_pivots(pivots), _lu_info(lu)
 
 
+def _lu_triangles(lu):
+    """Packed LU -> (unit lower L, upper U)."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    return jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype), jnp.triu(lu[..., :k, :])
+
+
+def _permutation_matrix(permutation, dtype):
+    # P A = L U with P[i, permutation[i]] = 1 here; torch's P satisfies A = P L U.
+    return jnp.swapaxes(jax.nn.one_hot(permutation, permutation.shape[-1], dtype=dtype), -1, -2)
+
+
 @lower(aten.linalg_lu.default)
 def linalg_lu(A, *, pivot=True):
     lu, _, permutation = _lu(A)
-    m, n = A.shape[-2:]
-    k = min(m, n)
-    lower_part = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=A.dtype)
-    upper_part = jnp.triu(lu[..., :k, :])
-    # P A = L U with P[i, permutation[i]] = 1 here; torch's P satisfies A = P L U.
-    P = jnp.swapaxes(jax.nn.one_hot(permutation, m, dtype=A.dtype), -1, -2)
-    return P, lower_part, upper_part
+    return (_permutation_matrix(permutation, A.dtype), *_lu_triangles(lu))
+
+
+@lower(aten.lu_unpack.default)
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    """(P, L, U) from linalg.lu_factor's packed form; what is not asked for is empty."""
+    P = _empty(LU_data.dtype)
+    if unpack_pivots:
+        permutation = _permutation_from_lapack_pivots(LU_pivots, LU_data.shape[-2])
+        P = _permutation_matrix(permutation, LU_data.dtype)
+    L, U = _lu_triangles(LU_data) if unpack_data else (_empty(LU_data.dtype), _empty(LU_data.dtype))
+    return P, L, U
+
+
+@lower(aten.linalg_matrix_exp.default)
+def linalg_matrix_exp(A):
+    compute = _accumulator(A.dtype)
+    return jsl.expm(A.astype(compute)).astype(A.dtype)
 
 
 @lower(aten.linalg_lu_solve.default)

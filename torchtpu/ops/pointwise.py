@@ -105,6 +105,17 @@ def logit(x, eps=None):
     return _logit(x, eps)
 
 
+@lower(aten.logit_backward.default, static_numbers=True)
+@elementwise(2, Promotion.INT_TO_FLOAT)
+def logit_backward(grad, x, eps=None):
+    """grad / (x (1 - x)); outside [eps, 1 - eps] 0 (NaN outside [0, 1] without eps), inf-signed at 0 and 1."""
+    inside = grad / (x * (1 - x))
+    inside = jnp.where((x == 0) | (x == 1), grad * jnp.inf, inside)
+    if eps is None or eps < 0:
+        return jnp.where((x < 0) | (x > 1), jnp.nan, inside)
+    return jnp.where((x < eps) | (x > 1 - eps), 0.0, inside)
+
+
 @lower(aten.square.default)
 @elementwise(1, compute=False)
 def square(x):
@@ -489,14 +500,15 @@ def elu(x, alpha=1, scale=1, input_scale=1):
     return jnp.where(x > 0, x * scale, alpha * scale * jnp.expm1(x * input_scale))
 
 
-@lower(aten.elu_backward.default)
-@elementwise(2)
-def elu_backward(grad, x, alpha, scale, input_scale, is_result, self_or_result=None):
+@lower(aten.elu_backward.default, static_numbers=True)
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    # ``self_or_result`` is elu's output when ``is_result`` (in-place elu_), else its input.
+    x = self_or_result
     if is_result:
         negative = grad * input_scale * (x + alpha * scale)
     else:
         negative = grad * input_scale * alpha * scale * jnp.exp(x * input_scale)
-    return jnp.where(x > 0, grad * scale, negative)
+    return jnp.where(x <= 0, negative, grad * scale).astype(grad.dtype)
 
 
 @lower(aten.hardtanh.default)
