@@ -371,3 +371,25 @@ def test_compiled_graph_in_fused_mode_reads_and_writes_through_views():
     expected_base = base.clone()
     expected_base[1:] += y
     assert_same(device_base, expected_base)
+
+
+def test_integer_inputs_are_passed_at_run_time():
+    """A size Dynamo makes symbolic (a cache position, say) is a program argument: a new
+    value reuses the program; an integer that tracing needs as a shape becomes a constant."""
+
+    def shift(x, n):
+        return x + n, (x * n).sum()
+
+    def reshape(x, n):
+        return x.reshape(n, -1) * 2
+
+    x = torch.arange(12.0)
+    compiled_shift = torch.compile(shift, backend="tpu", dynamic=True)
+    before = compile_cache.stats()["misses"]
+    for n in (3, 4, 5, 6):
+        for actual, expected in zip(compiled_shift(x.to("tpu"), n), shift(x, n)):
+            assert_same(actual, expected)
+    assert compile_cache.stats()["misses"] - before == 1, "one program serves every n"
+    compiled_reshape = torch.compile(reshape, backend="tpu", dynamic=True)
+    for n in (2, 3, 4):
+        assert_same(compiled_reshape(x.to("tpu"), n), reshape(x, n))

@@ -79,6 +79,10 @@ class CompiledGraph:
         self.out_metas = _output_metas(gm)
         self.programs = {}  # signature -> (compiled program, constant outputs)
         self.recorded = {}  # input description -> _RecordedGraph, for fused eager mode
+        # Integer inputs (sizes Dynamo made symbolic, such as a cache position) are passed
+        # to the program at run time, so a new value does not compile a new program; if
+        # tracing needs one as a constant (a shape), they become constants instead.
+        self.runtime_ints = not any(isinstance(m, (int, torch.SymInt)) for m in self.out_metas)
         # Dynamo re-traces a frame when a static shape changes: the same code
         # comes back as a new graph, so recompiles are tracked by the code.
         self.code_key = (name, gm.code)
@@ -90,15 +94,19 @@ class CompiledGraph:
         if fused.recording() and self._record_safe(args, inputs):
             return self._record(args, inputs)
         donated = _donatable(inputs, self.mutated)
-        signature = (tuple(_signature(a) for a in inputs), (f"precision={precision.current}", f"donate={donated}"))
+        signature = (tuple("int" if self._runtime(a) else _signature(a) for a in inputs),
+                     (f"precision={precision.current}", f"donate={donated}"))
         entry = self.programs.get(signature)
         arrays = [tensor.read(a) for a in inputs if isinstance(a, torch.Tensor)]
         seed, offset = rng.next_seed_and_offset()
-        numbers = (np.int64(seed % (1 << 32)), np.int64(offset))
+        numbers = [a for a in inputs if self._runtime(a)] + [np.int64(seed % (1 << 32)), np.int64(offset)]
         if entry is None:
             try:
                 entry = self.programs[signature] = self._compile(inputs, arrays, numbers, signature, donated)
             except _UNTRACEABLE as error:  # a data-dependent op, say: run this graph eagerly
+                if any(map(self._runtime, inputs)):  # first try again with the integers as constants
+                    self.runtime_ints = False
+                    return self(*args)
                 _fall_back(self.name, f"{type(error).__name__}: {str(error).splitlines()[0]}")
                 self.eager = True
                 return self.gm(*args)
@@ -114,24 +122,30 @@ class CompiledGraph:
         outputs = [next(results) if c is _ARRAY else c for c in constants]
         return [_wrap(o, meta) for o, meta in zip(outputs, self.out_metas)]
 
+    def _runtime(self, value) -> bool:
+        return self.runtime_ints and type(value) is int
+
     def _compile(self, inputs, arrays, numbers, signature, donated):
         previous = _LAST_SIGNATURE.get(self.code_key)
         if previous is not None and compile_cache.log_recompiles():
             compile_cache.log.warning("torchtpu: recompiling the %s graph: %s", self.name,
                                       compile_cache.describe_change(previous, signature))
         _LAST_SIGNATURE[self.code_key] = signature
-        statics = [None if isinstance(a, torch.Tensor) else a for a in inputs]
+        statics = [None if isinstance(a, torch.Tensor) or self._runtime(a) else a for a in inputs]
+        order = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+        order += [i for i, a in enumerate(inputs) if self._runtime(a)]  # the order the program takes them
         constants = []
 
         def traced(*arrays_and_numbers):
-            *arrays, seed, offset = arrays_and_numbers
-            values = iter(arrays)
-            outs, new_values = self.fn([next(values) if s is None else s for s in statics], seed, offset)
+            *dynamic, seed, offset = arrays_and_numbers
+            values = list(statics)
+            for i, value in zip(order, dynamic):
+                values[i] = value
+            outs, new_values = self.fn(values, seed, offset)
             constants[:] = [_ARRAY if isinstance(o, jax.Array) else o for o in outs]
             return [o for o in outs if isinstance(o, jax.Array)], new_values
 
-        array_positions = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
-        donate = tuple(k for k, i in enumerate(array_positions) if i in donated)
+        donate = tuple(k for k, i in enumerate(order) if i in donated)
         start = time.perf_counter()
         with tensor.x64():
             lowered = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers)
@@ -140,7 +154,6 @@ class CompiledGraph:
         compile_cache.record_miss(time.perf_counter() - start)
         stats.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
-
 
     # ---- fused eager: the graph joins the pending graph ----------------------------
 
@@ -262,8 +275,12 @@ def _device_value(value):
 
 
 def _stride(meta):
-    """The stride an output gets: the graph's own when it is dense, else contiguous."""
-    return tuple(meta.stride()) if is_non_overlapping_and_dense_or_false(meta) else None
+    """The stride an output gets: the graph's own when it is dense and known, else contiguous
+    (with dynamic shapes the graph's strides are symbolic)."""
+    stride = tuple(meta.stride())
+    if all(type(s) is int for s in stride) and is_non_overlapping_and_dense_or_false(meta):
+        return stride
+    return None
 
 
 def _wrap(value, meta):

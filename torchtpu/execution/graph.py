@@ -85,9 +85,16 @@ def _layout(fake) -> tuple:
     return (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
 
 
+def _concrete(meta):
+    """``meta``'s layout holds no symbolic size (dynamic shapes), so it can be used as is."""
+    if not all(type(s) is int for s in (*meta.shape, *meta.stride(), meta.storage_offset())):
+        raise UnsupportedGraph("torchtpu: a view or an uninitialized tensor with a symbolic size")
+    return meta
+
+
 def _read_view(node, value):
     """A view with no copying twin: read the input's storage through the view's layout."""
-    source, out = node.args[0].meta["val"], node.meta["val"]
+    source, out = _concrete(node.args[0].meta["val"]), _concrete(node.meta["val"])
     nbytes = source.untyped_storage().nbytes()
     return tensor.view_of(value, _layout(source), _layout(out), dtypes.to_jax(out.dtype), nbytes)
 
@@ -100,8 +107,10 @@ def _conform(value, meta):
     want = dtypes.to_jax(meta.dtype)
     if value.dtype != want:
         value = value.astype(want)
-    if value.shape != tuple(meta.shape):
-        value = jax.numpy.broadcast_to(value, tuple(meta.shape))
+    shape = tuple(meta.shape)
+    # A symbolic size (dynamic shapes) is known only from the traced value itself.
+    if value.shape != shape and all(type(s) is int for s in shape):
+        value = jax.numpy.broadcast_to(value, shape)
     return value
 
 
@@ -126,7 +135,7 @@ def _call(node, args, kwargs, key):
     if op in _SIZE_QUERIES:
         return _SIZE_QUERIES[op](*args, **kwargs)
     if op in _UNINITIALIZED:
-        meta = node.meta["val"]
+        meta = _concrete(node.meta["val"])
         return jax.numpy.zeros(tuple(meta.shape), dtypes.to_jax(meta.dtype))
     lowering = LOWERINGS.get(op)
     if lowering is None and _is_view(op):
