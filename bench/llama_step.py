@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import functools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,7 +48,7 @@ from llama_config import BETAS, EPS, LR, SIZES, WEIGHT_DECAY, make_batch, make_m
 
 import torchtpu  # noqa: F401  registers the tpu device
 import torchtpu.execution.fused
-from results import write_section
+from results import how_measured, write_section
 
 # ---- the torch configurations ---------------------------------------------------------------------
 
@@ -263,6 +261,26 @@ def table(rows, title):
     return "\n".join(lines)
 
 
+GOALS = [  # (what, numerator row, denominator row, column: 0 cold / 1 step, goal)
+    ("compiled step / jax step", "tpu compiled", "jax", 1, "≤ 1.15"),
+    ("compiled+fused step / jax step", "tpu compiled+fused", "jax", 1, "≤ 1.15"),
+    ("strict step / fused step (fused speed-up)", "tpu strict", "tpu fused", 1, "≥ 1.5"),
+    ("compiled+fused cold / pytorch/xla cold", "tpu compiled+fused", "pytorch/xla", 0, "≤ 0.5"),
+    ("compiled+fused cold / inductor cold", "tpu compiled+fused", "cpu inductor", 0, "≤ 0.1"),
+    ("compiled+fused step / pytorch/xla step", "tpu compiled+fused", "pytorch/xla", 1, "≤ 1.0"),
+]
+
+
+def goals(rows):
+    """The training-step ratios the fast-paths issue sets goals for, from this run."""
+    lines = ["### Goals (training step, this run)", "", "| ratio | goal | measured |", "|---|---|---|"]
+    for what, top, bottom, column, goal in GOALS:
+        a, b = rows.get(top), rows.get(bottom)
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            lines.append(f"| {what} | {goal} | {a[column] / b[column]:.2f} |")
+    return "\n".join(lines)
+
+
 def _fresh_process(size, steps, config, env=None):
     """One configuration's training row, measured in a new process."""
     done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs", config,
@@ -312,6 +330,7 @@ def main():
     configs = args.configs.split(",")
     params = sum(p.numel() for p in make_model(args.size).parameters())
     started = time.time()
+    load_at_start = os.getloadavg()
     sections = []
     for train in (True,) if args.train_only else (False, True):
         title = f"Llama {args.size} ({params / 1e6:.1f}M parameters), batch 4 x 128 tokens: " + (
@@ -327,20 +346,19 @@ def main():
         sections.append(warm_start(args.size, steps))
     if PEAKS:
         sections.append(peak_memory())
+    sections.append(goals(rows))
     report = "\n\n".join(sections)
     print(report)
     if args.quick:
         return
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores; device: {torch.tpu.get_device_name()}"
     versions = (f"torch {torch.__version__}, jax {jax.__version__}, "
                 f"transformers {__import__('transformers').__version__}, torchtpu {torchtpu.__version__}")
-    write_section("llama_step.py", f"## Llama: forward and training step\n\n"
-                  f"{__doc__.split(chr(10) + chr(10), 1)[1].split('    .venv')[0]}{report}\n\n"
-                  f"### How this was measured\n\n"
-                  f"- Command: `python bench/llama_step.py --size {args.size} --steps {steps}`\n"
-                  f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n"
-                  f"- Machine: {machine}\n- Versions: {versions}\n"
-                  f"- Total time: {time.time() - started:.0f} s\n")
+    load = "load average at the start (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in load_at_start)
+    intro = __doc__.split(chr(10) + chr(10), 1)[1].split("    .venv")[0]
+    write_section(f"llama_step.py --size {args.size}",
+                  f"## Llama {args.size}: forward and training step\n\n{intro}{report}\n\n"
+                  + how_measured(f"python bench/llama_step.py --size {args.size} --steps {steps}", started,
+                                 torch.tpu.get_device_name(), versions, [load]))
 
 
 if __name__ == "__main__":

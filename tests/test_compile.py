@@ -329,6 +329,7 @@ def _fused_graphs_per_step(step, batches):
 def test_compiled_training_step_in_fused_mode_is_one_program():
     """In fused mode the forward, backward and optimizer graphs join one pending graph,
     so each training step runs as a single XLA program, compiled once."""
+    from torchtpu.execution import fused
     from torchtpu.runtime import stats
 
     torch.manual_seed(0)
@@ -336,12 +337,10 @@ def test_compiled_training_step_in_fused_mode_is_one_program():
     device_model = copy.deepcopy(model).to("tpu")
     batches = lm_batches(steps=4)
 
-    def adamw_step(model, capturable):
-        return make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=capturable), lm_loss)
-
-    cpu_step = adamw_step(model, False)
+    cpu_step = make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), lm_loss)
     expected = [cpu_step(*b).item() for b in batches]
-    step = torch.compile(adamw_step(device_model, True), backend="tpu")
+    optimizer = torch.optim.AdamW(device_model.parameters(), lr=1e-2, capturable=True)
+    step = torch.compile(make_step(device_model, optimizer, lm_loss), backend="tpu")
     compiled, donated = stats.fused["graphs compiled"], stats.fused["buffers donated"]
     losses, graphs = _fused_graphs_per_step(step, [tuple(t.to("tpu") for t in b) for b in batches])
     torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-6)
@@ -352,6 +351,13 @@ def test_compiled_training_step_in_fused_mode_is_one_program():
     # outside the pending graph, so the first step is the same program as the others.
     assert stats.fused["graphs compiled"] - compiled == 1, "the step compiles once, at the first step"
     assert stats.fused["buffers donated"] > donated, "parameters and optimizer state are updated in place"
+    # The program writes out the new parameters and optimizer state and the loss, not the
+    # gradients: zero_grad() drops them before the graph runs.
+    optimizer_state = [t for state in optimizer.state.values() for t in state.values()]
+    param_bytes = sum(p.nbytes for p in device_model.parameters())
+    state_bytes = param_bytes + sum(t.nbytes for t in optimizer_state)
+    written = fused.memory_analysis().output_size_in_bytes
+    assert state_bytes <= written < state_bytes + param_bytes // 2, "gradients are not written out"
 
 
 def test_compiled_graph_in_fused_mode_reads_and_writes_through_views():

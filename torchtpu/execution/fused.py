@@ -96,10 +96,17 @@ def _after_optimizer_step(optimizer, args, kwargs) -> None:
     """End the graph at each optimizer step, so every training step is the same graph.
 
     Without it, a loop that syncs rarely is cut only by the size limit, at a
-    different op each step, and each cut is a new graph to compile.
+    different op each step, and each cut is a new graph to compile.  The graph
+    runs at the next op or sync rather than here, so that ``zero_grad()``
+    drops the gradients first: a value no tensor holds never leaves the
+    program, and the step does not write the gradients out.
     """
+    global _cut_requested
     if _graph.steps:
-        flush("optimizer step")
+        _cut_requested = True
+
+
+_cut_requested = False  # the optimizer stepped: the next op starts a new graph
 
 
 _hooked = []
@@ -132,8 +139,8 @@ def record(plan, program, dynamic):
         # is the same as every later step's and the step compiles once.
         with tensor.x64():
             return program.fn(*dynamic)
-    if len(_graph.steps) >= _max_ops:
-        flush("size limit")
+    if _cut_requested or len(_graph.steps) >= _max_ops:
+        flush("optimizer step" if _cut_requested else "size limit")
         dynamic = [_materialized(v) for v in dynamic]
     if program not in _traced:
         _trace_once(program, dynamic)
@@ -183,11 +190,13 @@ _MAX_COMPILED = 1024
 
 def flush(cause: str | None = None) -> None:
     """Run the pending graph, if any, and store its results in their buffers."""
-    global _graph
+    global _graph, _cut_requested
     graph = _graph
     if not graph.steps:
         return
     _graph = _Graph()
+    if _cut_requested:  # whatever runs it, the optimizer step ended this graph
+        cause, _cut_requested = "optimizer step", False
     stats.graph_breaks[cause if cause in _OWN_CAUSES else host_read_cause(cause)] += 1
     live = [v for v in graph.values if _holder(v) is not None]
     donate = _donatable(graph.externals, live)
