@@ -55,6 +55,15 @@ def compiles_during(fn):
     return result, torch.tpu.compile_cache_stats()["misses"] - before
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Dynamo's per-code recompile limit is shared by every model that ran before in this
+    process (transformers' forward wrapper is one code object): start from a clean slate."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture
 def models():
     cpu_model = build_model(ARCH)
