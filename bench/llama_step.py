@@ -19,7 +19,9 @@ Configurations, measured side by side in one process:
 
 For each one: *cold*, the wall time to the end of the second step, compiles
 included; and *step*, the median time of the following steps (each ends with
-a device sync).  The ratio column divides by the JAX step.
+a device sync).  The in-process configurations take turns step by step, so
+that the machine's load falls on all of them alike; PyTorch/XLA runs alone
+in its process afterwards.  The ratio column divides by the JAX step.
 
     .venv/bin/python bench/llama_step.py                 # ~10M parameters; writes its section of docs/benchmarks.md
     .venv/bin/python bench/llama_step.py --size 100m     # ~100M parameters (slow on 2 cores)
@@ -178,16 +180,23 @@ def jax_runner(model, batch, train):
 # ---- measuring -----------------------------------------------------------------------------------------
 
 
-def measure(step, steps):
+def cold_start(step):
+    """Time to the end of the second step (compiles included), and the two losses."""
     start = time.perf_counter()
     losses = [step(), step()]
-    cold = time.perf_counter() - start
-    times = []
+    return time.perf_counter() - start, losses
+
+
+def steady_steps(steppers, steps):
+    """Median step time of each configuration, taking turns step by step, so that a change in
+    the machine's load during the run falls on all of them alike."""
+    times = {name: [] for name in steppers}
     for _ in range(steps):
-        t = time.perf_counter()
-        losses.append(step())
-        times.append(time.perf_counter() - t)
-    return cold, statistics.median(times), losses
+        for name, (step, losses) in steppers.items():
+            t = time.perf_counter()
+            losses.append(step())
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 CONFIGS = ["cpu eager", "cpu inductor", "tpu strict", "tpu fused", "tpu compiled", "tpu compiled+fused", "jax",
@@ -214,29 +223,35 @@ PEAKS = {}  # configuration -> peak device memory of its (single-program) traini
 def run(size, train, steps, configs):
     model = make_model(size)
     batch = make_batch(model.config.vocab_size)
-    rows = {}
+    rows, steppers, colds = {}, {}, {}
     for name in configs:
-        if name == "pytorch/xla" and not train:
+        if name == "pytorch/xla":
             continue
         try:
-            if name == "pytorch/xla":
-                rows[name] = ptxla_row(size, steps)
-                continue
             if name == "jax":
                 step = jax_runner(model, batch, train)
             else:
                 device, mode = name.split()
                 step = torch_runner(model, "tpu" if device == "tpu" else "cpu", mode, batch, train)
-            rows[name] = measure(step, steps)
-            if train and hasattr(step, "memory_analysis"):
-                m = step.memory_analysis()
-                PEAKS[name] = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+            colds[name], losses = cold_start(step)
+            steppers[name] = (step, losses)
         except Exception as error:  # noqa: BLE001  (a configuration that fails is reported, not fatal)
             rows[name] = error
-        finally:
-            if name in rows:
-                print(f"  {name:18s} {_describe(rows[name])}", file=sys.stderr, flush=True)
-    return rows
+            print(f"  {name:18s} {_describe(error)}", file=sys.stderr, flush=True)
+    for name, median in steady_steps(steppers, steps).items():
+        step, losses = steppers[name]
+        rows[name] = (colds[name], median, losses)
+        print(f"  {name:18s} {_describe(rows[name])}", file=sys.stderr, flush=True)
+        if train and hasattr(step, "memory_analysis"):
+            m = step.memory_analysis()
+            PEAKS[name] = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    if train and "pytorch/xla" in configs:  # its own environment and process: timed on its own
+        try:
+            rows["pytorch/xla"] = ptxla_row(size, steps)
+        except Exception as error:  # noqa: BLE001
+            rows["pytorch/xla"] = error
+        print(f"  {'pytorch/xla':18s} {_describe(rows['pytorch/xla'])}", file=sys.stderr, flush=True)
+    return {name: rows[name] for name in configs if name in rows}
 
 
 def _describe(row):
