@@ -52,13 +52,19 @@ def functional_of(op):
         packet = getattr(aten, packet_name[:-1], None)
         if packet is not None and op._overloadname in packet.overloads():
             return getattr(packet, op._overloadname)
-        return None
+        # Overload names may differ (floor_divide_.Tensor computes floor_divide.default).
+        return None if packet is None else _overload_like(packet, _signature(op), ())
     if not op._schema.is_mutable:
         return None
     packet = getattr(aten, packet_name)
     wanted = _signature(op)
     # Factory arguments the out= variant lacks (its out tensor fixes them).
     implied = _FACTORY_ARGS - {name for name, _ in wanted}
+    return _overload_like(packet, wanted, implied)
+
+
+def _overload_like(packet, wanted, implied):
+    """The functional overload in ``packet`` whose arguments, less ``implied``, are ``wanted``."""
     for name in packet.overloads():
         candidate = getattr(packet, name)
         if is_functional(candidate) and _signature(candidate, implied) == wanted:

@@ -20,23 +20,28 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from typing import NamedTuple
 
 import jax
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.utils import _pytree as pytree
 
 from .. import dtypes, tensor
 from ..runtime import precision, rng, stats
 from .plan import Plan, plan_for
 
 _Tensor = torch.Tensor
+aten = torch.ops.aten
 _DYNAMIC_NUMBERS = (float, complex)
 
 
 class Program:
     """One compiled op: the jitted function plus what is needed to wrap its outputs."""
 
-    __slots__ = ("fn", "pure", "out_metas", "written_layouts", "written_dtypes", "fresh_outputs", "returns")
+    __slots__ = ("fn", "pure", "out_metas", "written_layouts", "written_dtypes", "fresh_outputs", "returns",
+                 "checked_numbers")
 
     def __init__(self, fn, pure, out_metas, written_layouts, written_dtypes, fresh_outputs, returns):
         self.fn = fn
@@ -46,6 +51,7 @@ class Program:
         self.written_dtypes = written_dtypes  # {storage slot: array dtype after the op}
         self.fresh_outputs = fresh_outputs  # False for in-place and out= ops: they return no values
         self.returns = returns  # how to build the op's return value
+        self.checked_numbers = set()  # tuples of Python numbers the meta kernel has accepted
 
 
 class _Inputs:
@@ -168,12 +174,19 @@ def run(plan: Plan, args, kwargs):
     program = _PROGRAMS.get(key)
     if program is None and _resize_outs(plan, args, kwargs):
         return run(plan, args, kwargs)
+    if program is None and plan.kind == "out":
+        _check_out_overlap(plan, args, kwargs)
+    if program is None and plan.op._schema.name in _RESIZING_INPLACE and _resizes_self(plan, args, kwargs):
+        return _run_as_out(plan, args, kwargs)
+    if program is not None and lowering.random:
+        _check_numbers(plan, program, args, kwargs, inputs.numbers)
     dynamic = [buf._value for buf, _ in inputs.storages]  # arrays, or Deferreds in fused mode
     dynamic += inputs.numbers
     if lowering.random:
         dynamic += rng.next_seed_and_offset()
     if program is None:
         program = _PROGRAMS[key] = _compile(plan, args, kwargs, arg_key, kw_key, storage_key, dynamic)
+        program.checked_numbers.add(tuple(inputs.numbers))
         stats.compiles[str(plan.op)] += 1
     if _launch is None:
         with tensor.x64():
@@ -214,6 +227,81 @@ def _resize_outs(plan, args, kwargs) -> bool:
     return changed
 
 
+# In-place ops that CPU computes as their out= variant with ``self`` as the out
+# tensor, so that ``self`` takes the result's shape: ``ones(1).addbmm_(b1, b2)`` is 2-d.
+_RESIZING_INPLACE = {"aten::addbmm_"}
+
+
+def _functional_meta(plan, args, kwargs):
+    return plan.functional(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+
+
+def _resizes_self(plan, args, kwargs) -> bool:
+    return args[0].shape != _functional_meta(plan, args, kwargs).shape
+
+
+def _run_as_out(plan, args, kwargs):
+    """``self.op_(*rest)`` as CPU runs it: ``op.out(self as it was, *rest, out=self)``."""
+    self = args[0]
+    before = self.clone()
+    self.resize_(_functional_meta(plan, args, kwargs).shape)
+    out_variant = getattr(aten, plan.functional._schema.name.split("::")[1]).out
+    out_variant(before, *args[1:], **kwargs, out=self)
+    return self
+
+
+def _check_numbers(plan, program, args, kwargs, numbers):
+    """Run the meta kernel's checks of parameter values again for numbers this
+    program has not seen: a program is compiled once for every value of a float,
+    but ``exponential_(-1.0)`` must still raise.  Only for random ops, whose
+    distribution parameters are checked and rarely change from call to call."""
+    numbers = tuple(numbers)
+    if numbers in program.checked_numbers:
+        return
+    _run_meta(plan, args, kwargs)
+    if len(program.checked_numbers) >= _MAX_CHECKED_NUMBERS:
+        program.checked_numbers.clear()
+    program.checked_numbers.add(numbers)
+
+
+_MAX_CHECKED_NUMBERS = 64
+
+
+def _check_out_overlap(plan, args, kwargs):
+    """CPU's memory-overlap checks of out= tensors (as TensorIterator makes them):
+    an out tensor may not repeat an element, nor share only some elements with an
+    input.  The values would be well defined here, but CPU raises."""
+    outs = [t for t in _mutated_values(plan, args, kwargs) for t in _flat_tensors(t) if t is not None]
+    out_names = {name for _, name in plan.mutated}
+    sources = pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k not in out_names}))
+    for out in outs:
+        if _has_internal_overlap(out):
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single "
+                "memory location. Please clone() the tensor before performing the operation.")
+        if any(isinstance(t, _Tensor) and _overlaps_partly(out, t) for t in sources):
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                "a single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _has_internal_overlap(t) -> bool:
+    return any(size > 1 and stride == 0 for size, stride in zip(t.shape, t.stride()))
+
+
+def _overlaps_partly(a, b) -> bool:
+    """Whether two dense tensors in one storage share some bytes but not all (CPU's test)."""
+    if a is b or a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    if not (is_non_overlapping_and_dense_or_false(a) and is_non_overlapping_and_dense_or_false(b)):
+        return False  # too hard to tell, as on CPU
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    return (a_begin, a_end) != (b_begin, b_end) and a_begin < b_end and b_begin < a_end
+
+
 def _to_meta(value):
     if isinstance(value, _Tensor):
         if value.device.type != "tpu":
@@ -235,12 +323,33 @@ def _run_meta(plan, args, kwargs):
     """The op's results on meta tensors: PyTorch's own shape and dtype checks."""
     meta_args = [_to_meta(a) for a in args]
     meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
-    result = plan.op(*meta_args, **meta_kwargs)
+    if plan.lowering.check is not None:
+        plan.lowering.check(*meta_args, **meta_kwargs)
     if plan.kind == "inplace":
-        return [t for pos, _ in plan.mutated for t in _flat_tensors(meta_args[pos])]
+        return _run_inplace_meta(plan, meta_args, meta_kwargs)
+    result = plan.op(*meta_args, **meta_kwargs)
     if plan.kind == "out":
         return [t for v in _mutated_values(plan, meta_args, meta_kwargs) for t in _flat_tensors(v)]
     return _flat_tensors(result) if not isinstance(result, _Tensor) else [result]
+
+
+def _run_inplace_meta(plan, meta_args, meta_kwargs):
+    """The written arguments after the in-place op's meta kernel.
+
+    CPU never resizes ``self`` in place: ``ones(5, 1).add_(ones(5, 5))`` raises.
+    Some of PyTorch's meta kernels are its references run as ``op(self, out=self)``,
+    which resize ``self`` (with a warning) instead; such a resize is CPU's error."""
+    targets = [t for pos, _ in plan.mutated for t in _flat_tensors(meta_args[pos])]
+    shapes = [None if t is None else t.shape for t in targets]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan.op(*meta_args, **meta_kwargs)
+    for target, shape in zip(targets, shapes):
+        if target is not None and target.shape != shape:
+            raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(target.shape)}")
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return targets
 
 
 def _compile(plan: Plan, args, kwargs, arg_key, kw_key, storage_key, dynamic) -> Program:
@@ -452,9 +561,13 @@ def _run_data_dependent(plan, args, kwargs):
     if plan.kind == "functional":
         return _wrap_eager(result)
     targets = [t for v in _mutated_values(plan, args, kwargs) for t in _flat_tensors(v)]
-    for target, value in zip(targets, _flat_results(result)):
+    values = _flat_results(result)
+    for target, value in zip(targets, values):
         if target.shape != value.shape:
             target.resize_(value.shape)
+    if plan.kind == "out":
+        _check_out_overlap(plan, args, kwargs)
+    for target, value in zip(targets, values):
         tensor.write(target, value.astype(dtypes.to_jax(target.dtype)))
     return _wrap(plan, None, [], args, kwargs)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from .registry import aten, lower
 
@@ -43,7 +44,17 @@ def _standard_normal(key, shape, dtype):
 # ---- uniform and normal -------------------------------------------------------------
 
 
-@lower(aten.uniform.default, random=True)
+def _check_uniform_range(self, from_=0.0, to=1.0, *, generator=None, out=None):
+    """CPU's checks of the bounds, which PyTorch's meta kernel for uniform_ lacks."""
+    if from_ > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > to={to:g}")
+    if self.dtype.is_floating_point and to - from_ > torch.finfo(self.dtype).max:
+        raise RuntimeError(
+            f"uniform_ expects to-from <= std::numeric_limits<{str(self.dtype).removeprefix('torch.')}>::max(), "
+            f"but found to={to:g} and from={from_:g} which result in to-from to exceed the limit")
+
+
+@lower(aten.uniform.default, random=True, check=_check_uniform_range)
 def uniform(self, from_=0.0, to=1.0, *, generator=None, key):
     return _uniform(key, self.shape, self.dtype, from_, to)
 

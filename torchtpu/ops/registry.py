@@ -36,12 +36,15 @@ class Lowering:
     # running statistics).  The lowering then returns (results, new values),
     # one new value per name, None where the argument was None.
     writes: tuple = ()
+    # CPU's checks of argument values that PyTorch's meta kernel lacks, as a
+    # function of the op's arguments (meta tensors and Python numbers) that raises.
+    check: Callable | None = None
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 
 
-def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=()):
+def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None):
     """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
 
     def register(fn):
@@ -54,7 +57,7 @@ def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes
             for overload in overloads:
                 if overload in LOWERINGS:
                     raise ValueError(f"{overload} already has a lowering")
-                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random, tuple(writes))
+                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check)
         return fn
 
     return register
