@@ -475,3 +475,15 @@ def test_upload_does_not_alias_host_memory(dtype):
         t = cpu.to("tpu")
         cpu.add_(1)
         assert torch.equal(t.cpu(), torch.arange(n).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize("source", [torch.float32, torch.bfloat16, torch.float64])
+def test_float_to_integer_conversion_wraps_like_cpu(dtype, source):
+    """CPU truncates to a wide integer and wraps into narrow ones (-1.0 -> uint8 255);
+    XLA's convert saturates, so the narrow casts go through int32 (found by the view fuzz test)."""
+    x = torch.tensor([-1.0, 2.0, -4.0, 300.0, -0.5, 255.5, 0.0, -129.0], dtype=source)
+    assert torch.equal(x.to("tpu").to(dtype).cpu(), x.to(dtype))
+    out = torch.zeros(8, dtype=dtype, device="tpu")
+    out.copy_(x.to("tpu"))
+    assert torch.equal(out.cpu(), x.to(dtype))

@@ -32,6 +32,18 @@ def to_jax(dtype: torch.dtype) -> np.dtype:
         raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device") from None
 
 
+def cast(value, dtype):
+    """``value`` as ``dtype``, with CPU PyTorch's rule for floats into narrow integers:
+    truncate to a wide integer, then wrap (CPU gives uint8 255 for -1.0 and 44 for 300.0;
+    XLA's convert saturates to 0 and 255)."""
+    dtype = jnp.dtype(dtype)
+    if value.dtype == dtype:
+        return value
+    if jnp.issubdtype(value.dtype, jnp.floating) and jnp.issubdtype(dtype, jnp.integer) and dtype.itemsize < 4:
+        value = value.astype(jnp.int32)
+    return value.astype(dtype)
+
+
 def to_torch(dtype) -> torch.dtype:
     return JAX_TO_TORCH[jnp.dtype(dtype)]
 

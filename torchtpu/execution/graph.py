@@ -105,8 +105,7 @@ def _conform(value, meta):
         return value
     value = jax.numpy.asarray(value)
     want = dtypes.to_jax(meta.dtype)
-    if value.dtype != want:
-        value = value.astype(want)
+    value = dtypes.cast(value, want)
     shape = tuple(meta.shape)
     # A symbolic size (dynamic shapes) is known only from the traced value itself.
     if value.shape != shape and all(type(s) is int for s in shape):

@@ -507,8 +507,7 @@ def _conform(value, meta, plan):
     size, _, dtype = meta
     value = jax.numpy.asarray(value)
     jdtype = dtypes.to_jax(dtype)
-    if value.dtype != jdtype:
-        value = value.astype(jdtype)
+    value = dtypes.cast(value, jdtype)
     if value.shape != size:
         if math.prod(value.shape) == math.prod(size):
             raise AssertionError(f"lowering of {plan.functional} returned shape {value.shape}, meta says {size}")

@@ -402,7 +402,7 @@ def addcdiv(x, t1, t2, *, value=1):
 
 @lower(aten.copy.default)
 def copy(x, src, non_blocking=False):
-    return jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), x.shape)
+    return jnp.broadcast_to(dtypes.cast(jnp.asarray(src), x.dtype), x.shape)
 
 
 @lower(aten.clone.default)
@@ -554,12 +554,12 @@ def softplus_backward(grad, x, beta, threshold):
 @lower(aten._to_copy.default)
 def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
             memory_format=None):
-    return self if dtype is None else self.astype(dtypes.to_jax(dtype))
+    return self if dtype is None else dtypes.cast(self, dtypes.to_jax(dtype))
 
 
 @lower(torch.ops.prims.convert_element_type.default)
 def convert_element_type(a, dtype):
-    return a.astype(dtypes.to_jax(dtype))
+    return dtypes.cast(a, dtypes.to_jax(dtype))
 
 
 # ---- special functions ---------------------------------------------------------------
