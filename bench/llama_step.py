@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from llama_config import BETAS, EPS, LR, SIZES, WEIGHT_DECAY, make_batch, make_model, make_optimizer
 
 import torchtpu  # noqa: F401  registers the tpu device
-import torchtpu.execution.fused
+import torchtpu.eager.fused
 from results import how_measured, write_section
 
 # ---- the torch configurations ---------------------------------------------------------------------
@@ -89,7 +89,7 @@ def torch_runner(model, device, mode, batch, train):
             return loss.item()  # a host sync: the step's device work is done
 
     if fuse and train:  # the step is one program (the optimizer step ends the fused graph)
-        step.memory_analysis = torchtpu.execution.fused.memory_analysis
+        step.memory_analysis = torchtpu.eager.fused.memory_analysis
     return step
 
 

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from oracle import check, check_grad
 
-from torchtpu.runtime import stats
+import torchtpu
+from torchtpu.runtime import metrics
 
 
 def qkv(tq=8, tk=10, d=16, seed=0):
@@ -22,9 +23,9 @@ def test_sdpa_values_and_gradients(kwargs):
 
 def test_sdpa_runs_as_one_fused_op_each_way():
     q, k, v = (t.to("tpu").requires_grad_() for t in qkv(tq=5, tk=7, d=4))  # shapes no other test uses
-    stats.compiles.clear()
+    metrics.compiles.clear()
     F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-    compiled = set(stats.compiles)
+    compiled = set(metrics.compiles)
     assert {"torchtpu.sdpa_forward.default", "torchtpu.sdpa_backward.default"} <= compiled
     assert not any("bmm" in op or "softmax" in op for op in compiled)
 
@@ -72,7 +73,7 @@ def test_bfloat16_attention_close_to_cpu():
 @pytest.mark.parametrize("causal", [False, True])
 def test_pallas_flash_kernel_matches_cpu(monkeypatch, causal):
     """The Pallas kernel, run in the interpreter on the CPU backend (it is the default on TPU)."""
-    monkeypatch.setenv("TORCHTPU_FLASH_ATTENTION", "1")
+    monkeypatch.setattr(torchtpu.config.current, "flash_attention", True)
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 2, 256, 32, generator=g) for _ in range(3))
     if not causal:

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from torchtpu import cli, demo
+from torchtpu.tools import cli, demo
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = pathlib.Path(sys.executable).parent / "torchtpu"
@@ -58,11 +58,11 @@ def test_tiny_compiled_demo_compiles_the_step(capsys):
     from torchtpu.runtime import compile_cache
 
     torch._dynamo.reset()
-    before = compile_cache.stats()["misses"]
+    before = torch.tpu.compile_cache_stats()["misses"]
     assert cli.main(["demo", "--compile"] + TINY_DEMO) == 0
     _check_demo_output(capsys.readouterr().out, "tpu")
-    assert compile_cache.stats()["misses"] > before
-    assert not compile_cache.graph_fallbacks
+    assert torch.tpu.compile_cache_stats()["misses"] > before
+    assert not torch.tpu.metrics()["graph_fallbacks"]
 
 
 def test_tiny_demo_on_cpu_in_process(capsys):

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from oracle import assert_same
 from test_models import CNN, GPT, OPTIMIZERS, Recurrent, classification_loss, lm_batches, lm_loss, random_batches
 
-from torchtpu.runtime import compile_cache
+import torchtpu
+from torchtpu.runtime import metrics
 
 STEPS = 4
 
@@ -54,13 +55,13 @@ def compare_compiled_training(make_model, optimizer_name, batches, loss_fn):
     model = make_model()
     device_model = copy.deepcopy(model).to("tpu")
     expected = train_steps(model, optimizer_name, batches, loss_fn, compiled=False)
-    before = compile_cache.stats()
+    before = torch.tpu.compile_cache_stats()
     actual = train_steps(device_model, optimizer_name, [tuple(t.to("tpu") for t in b) for b in batches],
                          loss_fn, compiled=True)
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-6)
     for (name, p_cpu), p_tpu in zip(model.named_parameters(), device_model.parameters()):
         torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-3, atol=1e-4, msg=name)
-    after = compile_cache.stats()
+    after = torch.tpu.compile_cache_stats()
     return after["misses"] - before["misses"], after["hits"] - before["hits"]
 
 
@@ -75,9 +76,9 @@ def compare_compiled_training(make_model, optimizer_name, batches, loss_fn):
                  classification_loss, id="lstm-rmsprop"),
 ])
 def test_compiled_training_step_matches_cpu(make_model, optimizer_name, batches, loss_fn):
-    fallbacks = sum(compile_cache.graph_fallbacks.values())
+    fallbacks = sum(metrics.graph_fallbacks.values())
     misses, hits = compare_compiled_training(make_model, optimizer_name, batches, loss_fn)
-    assert sum(compile_cache.graph_fallbacks.values()) == fallbacks, "a graph ran op by op instead of compiled"
+    assert sum(metrics.graph_fallbacks.values()) == fallbacks, "a graph ran op by op instead of compiled"
     # Each graph (forward, backward, optimizer) compiles once; later steps hit the cache.
     assert misses > 0 and hits >= misses
 
@@ -89,10 +90,10 @@ def test_later_steps_do_not_recompile():
     batches = [tuple(t.to("tpu") for t in b) for b in lm_batches(steps=5)]
     for b in batches[:2]:
         step(*b)
-    before = compile_cache.stats()
+    before = torch.tpu.compile_cache_stats()
     for b in batches[2:]:
         step(*b)
-    after = compile_cache.stats()
+    after = torch.tpu.compile_cache_stats()
     assert after["misses"] == before["misses"], "steps 3-5 recompiled"
     assert after["hits"] > before["hits"]
 
@@ -106,7 +107,7 @@ def test_compiled_optimizer_updates_parameters_in_place(capturable):
                   for ps in (params, device_params)]
     ptrs = [p.data_ptr() for p in device_params]
     versions = [p._version for p in device_params]
-    before = compile_cache.stats()
+    before = torch.tpu.compile_cache_stats()
     step = torch.compile(optimizers[1].step, backend="tpu")
     for k in range(3):
         for p, q in zip(params, device_params):
@@ -121,7 +122,7 @@ def test_compiled_optimizer_updates_parameters_in_place(capturable):
     for p, q in zip(params, device_params):
         assert float(optimizers[1].state[q]["step"]) == float(optimizers[0].state[p]["step"]) == 3.0
     if capturable:  # parameters and state live on the device: their old arrays are donated
-        assert compile_cache.stats()["donated_inputs"] > before["donated_inputs"]
+        assert torch.tpu.compile_cache_stats()["donated_inputs"] > before["donated_inputs"]
 
 
 def test_inference_and_graph_break_match_cpu():
@@ -151,15 +152,15 @@ def test_dynamic_false_compiles_once_per_shape():
     w = torch.randn(4, 3)
     counts = []
     for rows in (2, 5, 2, 5, 7):
-        before = compile_cache.stats()["misses"]
+        before = torch.tpu.compile_cache_stats()["misses"]
         x = torch.randn(rows, 4)
         assert_same(compiled(x.to("tpu"), w.to("tpu")), f(x, w), rtol=1e-5, atol=1e-6)
-        counts.append(compile_cache.stats()["misses"] - before)
+        counts.append(torch.tpu.compile_cache_stats()["misses"] - before)
     assert counts == [1, 1, 0, 0, 1]
 
 
 def test_recompiles_are_logged_with_the_reason(monkeypatch, caplog):
-    monkeypatch.setenv("TORCHTPU_LOG_RECOMPILES", "1")
+    monkeypatch.setattr(torchtpu.config.current, "log_recompiles", True)
     torch.tpu.precision("highest")
 
     @torch.compile(backend="tpu", dynamic=False)
@@ -201,7 +202,7 @@ def test_op_without_lowering_falls_back_to_eager(monkeypatch):
 
     cos = torch.ops.aten.cos.default
     monkeypatch.delitem(LOWERINGS, cos)  # as if cos had no lowering: the graph cannot be compiled
-    monkeypatch.setattr("torchtpu.compile.backend._decompositions", lambda: {})
+    monkeypatch.setattr("torchtpu.ops.decompositions.for_graphs", lambda: {})
 
     def f(x):
         return torch.cos(x) * 2
@@ -210,7 +211,7 @@ def test_op_without_lowering_falls_back_to_eager(monkeypatch):
     with pytest.warns(UserWarning, match="aten.cos.default"):
         actual = torch.compile(f, backend="tpu")(x.to("tpu"))
     assert_same(actual, f(x))
-    assert any("aten.cos.default" in reason for reason in compile_cache.graph_fallbacks)
+    assert any("aten.cos.default" in reason for reason in metrics.graph_fallbacks)
 
 
 def test_compile_cache_stats_shape():
@@ -246,7 +247,7 @@ def test_disk_cache_lets_a_new_process_skip_compiling(tmp_path):
 
 
 def test_dump_dir_gets_the_stablehlo_of_each_graph(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCHTPU_DUMP_DIR", str(tmp_path))
+    monkeypatch.setattr(torchtpu.config.current, "dump_dir", str(tmp_path))
     torch.compile(lambda x: x.cos() + 1, backend="tpu")(torch.randn(4, device="tpu"))
     dumps = list(tmp_path.glob("*.stablehlo.mlir"))
     assert len(dumps) == 1
@@ -276,12 +277,12 @@ def test_bucketing_bounds_compiles_by_the_buckets_used():
         padded_idx, _ = torch.tpu.pad_to_bucket(idx, 1)
         padded_targets, length = torch.tpu.pad_to_bucket(targets, 1, value=-100)
         assert length == t
-        before = compile_cache.stats()["misses"]
+        before = torch.tpu.compile_cache_stats()["misses"]
         # The mean over real tokens only: ignore_index drops the padding.
         actual = step(device_model, padded_idx.to("tpu"), padded_targets.to("tpu"))
         expected = loss_and_grad(model, idx, targets)
         torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-6)
-        if compile_cache.stats()["misses"] > before:
+        if torch.tpu.compile_cache_stats()["misses"] > before:
             compiled_at.append(padded_idx.shape[1])
     # Steps compile only when they meet a bucket for the first time: one compiling step per bucket.
     assert sorted(compiled_at) == sorted({torch.tpu.bucket_size(t) for t in lengths})
@@ -307,30 +308,28 @@ def test_torchtpu_runtime_is_skipped_by_dynamo():
 
     from torch._dynamo import trace_rules
 
-    from torchtpu.compile import backend
+    from torchtpu.compile import dynamo
 
-    for name in backend._RUNTIME_MODULES:
+    for name in dynamo.runtime_modules():
         module = importlib.import_module(name)
         assert trace_rules.check_file(module.__file__).skipped, name
 
 
 def _fused_graphs_per_step(step, batches):
-    from torchtpu.runtime import stats
 
     losses, graphs = [], []
     with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
         for b in batches:
-            before = stats.fused["graphs run"]
+            before = metrics.fused["graphs run"]
             losses.append(step(*b).item())
-            graphs.append(stats.fused["graphs run"] - before)
+            graphs.append(metrics.fused["graphs run"] - before)
     return losses, graphs
 
 
 def test_compiled_training_step_in_fused_mode_is_one_program():
     """In fused mode the forward, backward and optimizer graphs join one pending graph,
     so each training step runs as a single XLA program, compiled once."""
-    from torchtpu.execution import fused
-    from torchtpu.runtime import stats
+    from torchtpu.eager import fused
 
     torch.manual_seed(0)
     model = GPT()
@@ -341,7 +340,7 @@ def test_compiled_training_step_in_fused_mode_is_one_program():
     expected = [cpu_step(*b).item() for b in batches]
     optimizer = torch.optim.AdamW(device_model.parameters(), lr=1e-2, capturable=True)
     step = torch.compile(make_step(device_model, optimizer, lm_loss), backend="tpu")
-    compiled, donated = stats.fused["graphs compiled"], stats.fused["buffers donated"]
+    compiled, donated = metrics.fused["graphs compiled"], metrics.fused["buffers donated"]
     losses, graphs = _fused_graphs_per_step(step, [tuple(t.to("tpu") for t in b) for b in batches])
     torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-6)
     for p_cpu, p_tpu in zip(model.parameters(), device_model.parameters()):
@@ -349,8 +348,8 @@ def test_compiled_training_step_in_fused_mode_is_one_program():
     assert graphs == [1, 1, 1, 1], graphs
     # The optimizer state that Dynamo creates while tracing the first step runs at once,
     # outside the pending graph, so the first step is the same program as the others.
-    assert stats.fused["graphs compiled"] - compiled == 1, "the step compiles once, at the first step"
-    assert stats.fused["buffers donated"] > donated, "parameters and optimizer state are updated in place"
+    assert metrics.fused["graphs compiled"] - compiled == 1, "the step compiles once, at the first step"
+    assert metrics.fused["buffers donated"] > donated, "parameters and optimizer state are updated in place"
     # The program writes out the new parameters and optimizer state and the loss, not the
     # gradients: zero_grad() drops them before the graph runs.
     optimizer_state = [t for state in optimizer.state.values() for t in state.values()]
@@ -391,11 +390,11 @@ def test_integer_inputs_are_passed_at_run_time():
 
     x = torch.arange(12.0)
     compiled_shift = torch.compile(shift, backend="tpu", dynamic=True)
-    before = compile_cache.stats()["misses"]
+    before = torch.tpu.compile_cache_stats()["misses"]
     for n in (3, 4, 5, 6):
         for actual, expected in zip(compiled_shift(x.to("tpu"), n), shift(x, n)):
             assert_same(actual, expected)
-    assert compile_cache.stats()["misses"] - before == 1, "one program serves every n"
+    assert torch.tpu.compile_cache_stats()["misses"] - before == 1, "one program serves every n"
     compiled_reshape = torch.compile(reshape, backend="tpu", dynamic=True)
     for n in (2, 3, 4):
         assert_same(compiled_reshape(x.to("tpu"), n), reshape(x, n))

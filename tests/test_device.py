@@ -105,7 +105,7 @@ def test_fresh_process_knows_tpu_without_import():
 
 
 def test_synchronize_waits_for_queued_work():
-    from torchtpu import tensor
+    from torchtpu.core import tensor
 
     x = torch.ones(64, 64, device="tpu")
     y = x * 3.0 + 1.0
@@ -302,7 +302,7 @@ def test_precision_selects_the_compiled_matmul_precision():
     expected = (a.cpu() @ a.cpu())
     for level in (torch.tpu.Precision.DEFAULT, torch.tpu.Precision.HIGH, torch.tpu.Precision.HIGHEST):
         with torch.tpu.precision(level):
-            assert runtime_precision.current == level.value
+            assert runtime_precision.current() == level.value
             assert torch.tpu.get_precision() is level
             # On the XLA CPU backend every level computes in float32.
             torch.testing.assert_close((a @ a).cpu(), expected, rtol=1e-2, atol=1e-2)

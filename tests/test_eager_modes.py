@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torchtpu  # noqa: F401
-from torchtpu.execution import fused, modes
+from torchtpu.eager import fused, modes
 
 EagerMode = torch.tpu.EagerMode
 STRICT, DEBUG, FUSED = EagerMode.DEFER_NEVER, EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING, EagerMode.DEFER_AND_FUSE
@@ -28,7 +28,7 @@ def strict_afterwards():
     assert torch.tpu.get_eager_mode() is STRICT
     yield
     torch.tpu.set_eager_mode(STRICT)
-    torch.tpu.set_max_fused_ops(fused.DEFAULT_MAX_OPS)
+    torch.tpu.set_max_fused_ops(torchtpu.config.Config().max_fused_ops)
 
 
 def run_in(mode, program):
@@ -106,12 +106,12 @@ def test_env_vars_choose_the_mode(monkeypatch, env, expected):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert modes.mode_from_env().name == expected
+    assert modes.mode_from_config(torchtpu.config.from_environ()).name == expected
 
 
 def test_env_vars_are_read_at_import():
     code = ("import torch, torchtpu; x = torch.ones(2, device='tpu') + 1; "
-            "print(torch.tpu.get_eager_mode().name, torchtpu.execution.fused.pending_ops(), "
+            "print(torch.tpu.get_eager_mode().name, torchtpu.eager.fused.pending_ops(), "
             "torch.tpu.get_max_fused_ops())")
     env = dict(os.environ, TPU_DEFER_AND_FUSE="1", TPU_MAX_FUSED_OPS="7")
     env.pop("TPU_LAUNCH_BLOCKING", None)
@@ -291,7 +291,7 @@ def test_cpu_upload_into_a_pending_tensor_in_fused_mode():
 
 
 def test_debug_mode_blocks_on_every_op():
-    from torchtpu import tensor
+    from torchtpu.core import tensor
 
     with torch.tpu.eager_mode(DEBUG):
         y = torch.ones(128, 128, device="tpu") @ torch.ones(128, 128, device="tpu")
@@ -345,7 +345,7 @@ def test_synchronize_skips_arrays_a_program_donated():
     import jax
     import jax.numpy as jnp
 
-    from torchtpu import tensor
+    from torchtpu.core import tensor
 
     donated = jnp.ones(4)
     jax.jit(lambda a: a + 1, donate_argnums=0)(donated)

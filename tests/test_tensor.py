@@ -10,7 +10,7 @@ import torch
 from oracle import assert_same, check
 
 import torchtpu  # noqa: F401
-from torchtpu import tensor as tpu_tensor
+from torchtpu.core import tensor as tpu_tensor
 
 ALL_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
               torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
@@ -408,7 +408,7 @@ _test_lib.impl("bump_", lambda x: x.add_(1), "CPU")
 
 
 def test_unlowered_op_raises_not_implemented_naming_it(monkeypatch):
-    monkeypatch.delenv("TORCHTPU_CPU_FALLBACK", raising=False)
+    monkeypatch.setattr(torchtpu.config.current, "cpu_fallback", False)
     with pytest.raises(NotImplementedError, match="torchtpu_test::twice"):
         torch.ops.torchtpu_test.twice(torch.ones(3, device="tpu"))
     with pytest.raises(NotImplementedError, match="TORCHTPU_CPU_FALLBACK"):
@@ -416,7 +416,7 @@ def test_unlowered_op_raises_not_implemented_naming_it(monkeypatch):
 
 
 def test_cpu_fallback_runs_on_host_warns_once_and_counts(monkeypatch):
-    monkeypatch.setenv("TORCHTPU_CPU_FALLBACK", "1")
+    monkeypatch.setattr(torchtpu.config.current, "cpu_fallback", True)
     before = torch.tpu.fallback_stats().get("torchtpu_test.twice.default", 0)
     x = torch.arange(4.0, device="tpu")
     with pytest.warns(UserWarning, match="twice"):
@@ -430,7 +430,7 @@ def test_cpu_fallback_runs_on_host_warns_once_and_counts(monkeypatch):
 
 
 def test_cpu_fallback_writes_inplace_results_back(monkeypatch):
-    monkeypatch.setenv("TORCHTPU_CPU_FALLBACK", "1")
+    monkeypatch.setattr(torchtpu.config.current, "cpu_fallback", True)
     x = torch.zeros(2, 3, device="tpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import torchtpu  # noqa: F401
-from torchtpu import tensor as tpu_tensor
+from torchtpu.core import tensor as tpu_tensor
 
 SEED = int(os.environ.get("TORCHTPU_FUZZ_SEED", random.randrange(1 << 32)))
 EXAMPLES = int(os.environ.get("TORCHTPU_FUZZ_EXAMPLES", 2000))

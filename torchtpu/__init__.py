@@ -1,9 +1,11 @@
 """torchtpu: a PyTorch device backend named ``tpu``, running on XLA through JAX.
 
 ``import torchtpu`` is all the set-up there is; afterwards ``tensor.to("tpu")``
-works like ``tensor.to("cuda")``.
+works like ``tensor.to("cuda")``.  Importing registers the backend and does
+nothing else: no device is opened and no program compiled until the first
+tpu tensor exists.  The layers, from the bottom up, are described in
+docs/architecture.md.
 """
-
 
 
 def _autoload():
@@ -19,26 +21,17 @@ import torch  # noqa: E402
 # The name must exist before any module of ours builds a torch.device("tpu").
 torch.utils.rename_privateuse1_backend("tpu")
 
-from . import device as _device_module  # noqa: E402
-from . import modules as _modules  # noqa: E402
-from .backend import register_device, register_kernels  # noqa: E402
+from . import api as _api  # noqa: E402
+from . import config  # noqa: E402,F401  (torchtpu.config: the settings)
+from .dispatch import patches as _patches  # noqa: E402
+from .dispatch import registration as _registration  # noqa: E402
+from .eager import modes as _modes  # noqa: E402
+from .runtime import compile_cache as _compile_cache  # noqa: E402
 
 __version__ = "0.1.0"
 
-register_device(_device_module)
-register_kernels()
-_modules.install()
-from . import accelerator as _accelerator  # noqa: E402
-
-_accelerator.install()  # torch.accelerator's memory functions, for device-generic libraries
-from . import serialization as _serialization  # noqa: E402,F401  (torch.load/deepcopy of tpu storages)
-from .runtime import compile_cache as _compile_cache  # noqa: E402
-
-_compile_cache.configure_from_env()  # TORCHTPU_CACHE_DIR: compiled programs kept on disk
-from . import pallas as _pallas  # noqa: E402
-
-_device_module.pallas = _pallas  # torch.tpu.pallas.jax_op / custom_jax_kernel
-from .bucketing import bucket_size as _bucket_size  # noqa: E402
-from .bucketing import pad_to_bucket as _pad_to_bucket  # noqa: E402
-
-_device_module.bucket_size, _device_module.pad_to_bucket = _bucket_size, _pad_to_bucket
+_registration.register_device(_api.build_module())  # torch.tpu
+_registration.register_kernels()
+_patches.install()  # Module.to, torch.accelerator's memory functions, storage serialization
+_modes.install()  # the eager mode the settings ask for
+_compile_cache.install()  # the disk cache, if the settings name one

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import signal
 import time
 
@@ -30,7 +29,7 @@ import torch.utils._pytree as pytree
 from torch.testing._internal.common_device_type import toleranceOverride
 
 import torchtpu  # noqa: F401
-from torchtpu.runtime import stats
+from torchtpu.runtime import metrics as stats
 
 DTYPES = {
     "float32": torch.float32,
@@ -390,22 +389,9 @@ def summarize(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:200]
 
 
-@contextlib.contextmanager
-def _cpu_fallback():
-    old = os.environ.get("TORCHTPU_CPU_FALLBACK")
-    os.environ["TORCHTPU_CPU_FALLBACK"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TORCHTPU_CPU_FALLBACK"]
-        else:
-            os.environ["TORCHTPU_CPU_FALLBACK"] = old
-
-
 def _passes_with_fallback(run) -> bool:
     before = sum(stats.cpu_fallbacks.values())
-    with _cpu_fallback():
+    with torchtpu.config.override(cpu_fallback=True):
         try:
             run()
         except Exception:  # noqa: BLE001

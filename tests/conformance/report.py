@@ -181,7 +181,7 @@ def write_markdown(sweep, summary, path) -> None:
         "## Ops run through `torch._decomp`",
         "",
         "These ATen ops have no lowering of their own; the sweep ran them through PyTorch's",
-        "decomposition (`torchtpu/execution/fallback.py`):",
+        "decomposition (`torchtpu/ops/decompositions.py`):",
         "",
         ", ".join(f"`{name}`" for name in sweep.get("decomposed", [])) or "(none)",
         "",

@@ -36,7 +36,7 @@ def _worker(args) -> None:
     """Read entry names on stdin; print one result line per check, then a done line."""
     os.environ.pop("TORCHTPU_CPU_FALLBACK", None)
     from conformance import harness
-    from torchtpu.execution import fallback
+    from torchtpu.dispatch import fallback
 
     ops = harness.ops_by_name()
     kinds = args.kinds.split(",")

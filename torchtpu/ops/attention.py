@@ -2,7 +2,7 @@
 
 ``F.scaled_dot_product_attention`` on tpu runs as two ops defined here,
 ``torchtpu::sdpa_forward`` and ``torchtpu::sdpa_backward`` (its autograd
-kernel is in ``execution/builtins.py``), so eager mode runs one program each
+kernel is in ``dispatch/attention.py``), so eager mode runs one program each
 way instead of a chain of matmuls and softmaxes, and compiled graphs carry
 one node.
 
@@ -18,33 +18,32 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from .registry import lower
-
-_library = torch.library.Library("torchtpu", "DEF")
-_library.define("sdpa_forward(Tensor q, Tensor k, Tensor v, Tensor? bias, bool causal, float scale) -> (Tensor, Tensor)")
-_library.define("sdpa_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, "
-                "Tensor logsumexp, bool causal, float scale) -> (Tensor, Tensor, Tensor, Tensor)")
-sdpa_forward_op = torch.ops.torchtpu.sdpa_forward.default
-sdpa_backward_op = torch.ops.torchtpu.sdpa_backward.default
+from .. import config
+from .registry import define, lower
 
 BLOCK = 128
 
 
-@torch.library.register_fake("torchtpu::sdpa_forward", lib=_library)
 def _forward_shapes(q, k, v, bias, causal, scale):
     return q.new_empty(q.shape[:-1] + v.shape[-1:]), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.register_fake("torchtpu::sdpa_backward", lib=_library)
 def _backward_shapes(grad_out, q, k, v, bias, out, logsumexp, causal, scale):
     grad_bias = torch.empty_like(bias) if bias is not None else q.new_empty(0)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grad_bias
+
+
+sdpa_forward_op = define(
+    "sdpa_forward(Tensor q, Tensor k, Tensor v, Tensor? bias, bool causal, float scale) -> (Tensor, Tensor)",
+    _forward_shapes)
+sdpa_backward_op = define(
+    "sdpa_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, "
+    "Tensor logsumexp, bool causal, float scale) -> (Tensor, Tensor, Tensor, Tensor)", _backward_shapes)
 
 
 def _scores(q, k, bias, causal, scale):
@@ -80,7 +79,7 @@ def attention(q, k, v, bias, causal, scale):
 
 
 def _flash_fits(q, k, bias) -> bool:
-    wanted = jax.default_backend() == "tpu" or os.environ.get("TORCHTPU_FLASH_ATTENTION") == "1"
+    wanted = jax.default_backend() == "tpu" or config.current.flash_attention
     return wanted and bias is None and q.shape[-2] % BLOCK == 0 and k.shape[-2] % BLOCK == 0
 
 

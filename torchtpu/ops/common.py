@@ -17,7 +17,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promotion
 from torch._prims_common import elementwise_dtypes
 
-from .. import dtypes
+from ..core import dtypes
 
 __all__ = ["Promotion", "promote", "result_dtype", "is_float", "is_complex", "is_integer", "as_array"]
 

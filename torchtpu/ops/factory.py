@@ -16,7 +16,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from .. import dtypes
+from ..core import dtypes
 from .registry import aten, lower
 
 def _jax_dtype(dtype):

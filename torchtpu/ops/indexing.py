@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import dtypes
+from ..core import dtypes
 from .common import canonical_dim, is_integer
 from .registry import aten, lower
 

@@ -8,7 +8,7 @@ from jax import lax
 import torch
 from jax.scipy import special as jsp
 
-from .. import dtypes
+from ..core import dtypes
 
 from .common import Promotion, as_array, elementwise, is_complex, is_float, is_integer, promote
 from .registry import aten, lower

@@ -94,7 +94,7 @@ def normal_tensor_tensor(mean, std, *, generator=None, key):
 @lower(aten.normal.float_float, random=True)
 def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
                        pin_memory=None, key):
-    from .. import dtypes
+    from ..core import dtypes
 
     jdtype = dtypes.to_jax(dtype) if dtype is not None else jnp.float32
     return _normal(key, tuple(size), jdtype, mean, std)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .. import dtypes
+from ..core import dtypes
 from .common import dims_tuple, canonical_dim, is_complex, is_float, is_integer
 from .registry import aten, lower
 

@@ -43,11 +43,31 @@ class Lowering:
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 
+# Ops torchtpu defines itself (``torch.ops.torchtpu.*``), declared next to their lowerings
+# with ``define``; the dispatch layer registers their tpu kernels with everyone else's.
+NAMESPACE = "torchtpu"
+_library = torch.library.Library(NAMESPACE, "DEF")
+
+
+def define(schema: str, fake) -> torch._ops.OpOverload:
+    """Declare the op ``torchtpu::<schema>`` with ``fake`` as its meta kernel; returns its overload."""
+    name = schema.split("(", 1)[0]
+    _library.define(schema)
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_library)
+    return getattr(getattr(torch.ops, NAMESPACE), name).default
+
+
+def register(op, lowering: Lowering) -> None:
+    """Add one entry to the table (``lower`` is the decorator form)."""
+    if op in LOWERINGS:
+        raise ValueError(f"{op} already has a lowering")
+    LOWERINGS[op] = lowering
+
 
 def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None):
     """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
 
-    def register(fn):
+    def decorate(fn):
         for op in ops:
             overloads = (
                 [getattr(op, name) for name in op.overloads() if is_functional(getattr(op, name))]
@@ -55,12 +75,10 @@ def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes
                 else [op]
             )
             for overload in overloads:
-                if overload in LOWERINGS:
-                    raise ValueError(f"{overload} already has a lowering")
-                LOWERINGS[overload] = Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check)
+                register(overload, Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check))
         return fn
 
-    return register
+    return decorate
 
 
 def is_functional(op) -> bool:

@@ -1,63 +1,48 @@
-"""The compiled-program caches: counters, recompile logging, the disk cache, dumps.
-
-Every executor asks its cache for a program before running it; a miss means
-an XLA compile.  ``TORCHTPU_LOG_RECOMPILES=1`` logs each compile after a
-graph's first, with what changed in its inputs.
+"""Compiled programs across processes and for people: the disk cache, recompile logs, dumps.
 
 ``TORCHTPU_CACHE_DIR`` (or ``enable_disk_cache(path)``) keeps compiled
 programs on disk with XLA's persistent compilation cache, so a new process
 skips compiling what an earlier one compiled.  That cache is JAX's, so it
 also serves the user's own JAX programs; it is only switched on when asked.
-``TORCHTPU_DUMP_DIR`` writes the StableHLO of each compiled graph there.
+``TORCHTPU_LOG_RECOMPILES=1`` logs each compile of a graph after its first,
+with what changed in its inputs.  ``TORCHTPU_DUMP_DIR`` writes the StableHLO
+of each compiled graph there.  Hits, misses and compile seconds are counted
+in ``metrics.compile_cache``.
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-import os
 import pathlib
-import threading
 
 import jax
 
+from .. import config
+from . import metrics
+
 log = logging.getLogger("torchtpu.recompiles")
-_lock = threading.Lock()
-_counts = {"requests": 0, "hits": 0, "misses": 0, "compile_seconds": 0.0, "donated_inputs": 0, "disk_hits": 0}
-graph_fallbacks = collections.Counter()  # why a compiled graph runs op by op instead -> count
 
 
 def record_hit() -> None:
-    with _lock:
-        _counts["requests"] += 1
-        _counts["hits"] += 1
+    metrics.count(metrics.compile_cache, "requests")
+    metrics.count(metrics.compile_cache, "hits")
 
 
 def record_miss(seconds: float) -> None:
-    with _lock:
-        _counts["requests"] += 1
-        _counts["misses"] += 1
-        _counts["compile_seconds"] += seconds
+    metrics.count(metrics.compile_cache, "requests")
+    metrics.count(metrics.compile_cache, "misses")
+    metrics.count(metrics.compile_cache, "compile_seconds", seconds)
 
 
 def record_donations(count: int) -> None:
-    with _lock:
-        _counts["donated_inputs"] += count
+    metrics.count(metrics.compile_cache, "donated_inputs", count)
 
 
-def stats() -> dict:
-    with _lock:
-        return dict(_counts)
-
-
-def reset() -> None:
-    with _lock:
-        _counts.update(requests=0, hits=0, misses=0, compile_seconds=0.0, donated_inputs=0, disk_hits=0)
-
-
-def log_recompiles() -> bool:
-    return os.environ.get("TORCHTPU_LOG_RECOMPILES", "0") not in ("", "0", "false", "False")
+def log_recompile(name: str, previous, signature) -> None:
+    """Log a graph's recompile with its reason, when ``TORCHTPU_LOG_RECOMPILES`` asks for it."""
+    if previous is not None and config.current.log_recompiles:
+        log.warning("torchtpu: recompiling the %s graph: %s", name, describe_change(previous, signature))
 
 
 def describe_change(old: tuple, new: tuple) -> str:
@@ -88,8 +73,7 @@ def enable_disk_cache(directory) -> None:
 
 def _count_disk_hits(event: str, **kwargs) -> None:
     if event == "/jax/compilation_cache/cache_hits":
-        with _lock:
-            _counts["disk_hits"] += 1
+        metrics.count(metrics.compile_cache, "disk_hits")
 
 
 _dump_serial = itertools.count()
@@ -97,7 +81,7 @@ _dump_serial = itertools.count()
 
 def dump(name: str, lowered) -> None:
     """Write a lowered program's StableHLO to ``TORCHTPU_DUMP_DIR``, if it is set."""
-    directory = os.environ.get("TORCHTPU_DUMP_DIR")
+    directory = config.current.dump_dir
     if not directory:
         return
     path = pathlib.Path(directory)
@@ -105,7 +89,8 @@ def dump(name: str, lowered) -> None:
     (path / f"{next(_dump_serial):05d}-{name}.stablehlo.mlir").write_text(lowered.as_text())
 
 
-def configure_from_env() -> None:
+def install() -> None:
+    """At import: count disk-cache hits, and open the disk cache if the settings name one."""
     jax.monitoring.register_event_listener(_count_disk_hits)
-    if os.environ.get("TORCHTPU_CACHE_DIR"):
-        enable_disk_cache(os.environ["TORCHTPU_CACHE_DIR"])
+    if config.current.cache_dir:
+        enable_disk_cache(config.current.cache_dir)

@@ -1,11 +1,14 @@
-"""The tpu random stream: a seed plus a counter, folded into a PRNG key per op.
+"""The tpu random stream: a seed plus a counter, folded into a PRNG key per program.
 
-Each random op takes the next counter value, so a seed replays the same
-stream, and the state is just two integers that ``get_rng_state`` packs.
+Each program that draws takes the next counter value, so a seed replays the
+same stream, and the state is just two integers that ``get_rng_state`` packs.
+``key(seed, offset)`` is the one way every executor turns them into a key.
 """
 
 import threading
 
+import jax
+import jax.numpy as jnp
 import torch
 
 _DEFAULT_SEED = 67280421310721
@@ -25,11 +28,17 @@ def initial_seed() -> int:
 
 
 def next_seed_and_offset() -> tuple:
+    """The program arguments for the next draw: (32-bit seed, offset), as Python ints."""
     global _offset
     with _lock:
         offset = _offset
         _offset += 1
-    return _seed, offset
+    return _seed % (1 << 32), offset
+
+
+def key(seed, offset):
+    """The PRNG key of one draw, inside a traced program."""
+    return jax.random.fold_in(jax.random.key(jnp.asarray(seed).astype(jnp.uint32)), offset)
 
 
 def get_state() -> torch.Tensor:

@@ -1,16 +1,14 @@
-"""Kernels that are not lowerings: allocation, metadata, transfers and host reads."""
+"""Native kernels that are not lowerings: allocation, metadata, transfers and host reads."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from .. import tensor
-from ..ops import attention
-from ..runtime import stats
-from . import strict
+from ..core import tensor
+from ..eager import executor
+from ..runtime import metrics
+from ..runtime.device import TORCH_DEVICE
 
 aten = torch.ops.aten
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
@@ -85,14 +83,14 @@ def set_empty(self):
 def copy_(self, src, non_blocking=False):
     """copy_ across devices; tpu to tpu goes through the lowering of aten.copy."""
     if self.device.type == "tpu" and src.device.type == "tpu":
-        return strict.execute(aten.copy_.default, (self, src), {})
+        return executor.execute(aten.copy_.default, (self, src), {})
     if self.device.type == "tpu":
         src_tpu = tensor.from_host(src.to(self.dtype))
         if src.shape == self.shape and not (self.is_conj() or self.is_neg()):
             tensor.write(self, tensor.read(src_tpu))  # no program to compile for a plain upload
             return self
-        return strict.execute(aten.copy_.default, (self, src_tpu), {})
-    stats.host_syncs["copy to cpu"] += 1
+        return executor.execute(aten.copy_.default, (self, src_tpu), {})
+    metrics.host_syncs["copy to cpu"] += 1
     host = tensor.to_host(src)
     # The storage holds un-conjugated values; CPU's copy_ resolves the bits.
     if src.is_conj():
@@ -115,7 +113,7 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     meta = aten._to_copy.default(like, dtype=dtype, memory_format=memory_format)
     target = self.device if device is None else torch.device(device)
     if target.type == "tpu":
-        target = tensor.DEVICE
+        target = TORCH_DEVICE
     out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=target)
     return copy_(out, self)
 
@@ -131,52 +129,13 @@ def copy_from_and_resize(self, dst):
 
 
 def local_scalar_dense(self):
-    stats.host_syncs["item"] += 1
+    metrics.host_syncs["item"] += 1
     return tensor.to_host(self).item()
 
 
 def equal(self, other):
-    stats.host_syncs["equal"] += 1
+    metrics.host_syncs["equal"] += 1
     return bool(self.shape == other.shape and torch.equal(tensor.to_host(self), tensor.to_host(other)))
-
-
-class _FusedAttention(torch.autograd.Function):
-    """Attention as two ops (ops/attention.py): one program forward, one backward."""
-
-    @staticmethod
-    def forward(ctx, query, key, value, bias, is_causal, scale):
-        out, logsumexp = attention.sdpa_forward_op(query, key, value, bias, is_causal, scale)
-        ctx.save_for_backward(query, key, value, bias, out, logsumexp)
-        ctx.is_causal, ctx.scale = is_causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        query, key, value, bias, out, logsumexp = ctx.saved_tensors
-        grads = attention.sdpa_backward_op(grad_out, query, key, value, bias, out, logsumexp, ctx.is_causal, ctx.scale)
-        grad_bias = grads[3] if bias is not None and ctx.needs_input_grad[3] else None
-        return grads[0], grads[1], grads[2], grad_bias, None, None
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-                                 enable_gqa=False):
-    """``F.scaled_dot_product_attention`` on tpu, above autograd: one fused op each way.
-
-    Dropout, grouped-query heads and unusual ranks take PyTorch's math path,
-    which runs on the lowered ops.  (PyTorch picks fused SDPA backends for a
-    PrivateUse1 device in C++ only, so this is where a Python backend can.)"""
-    if dropout_p != 0.0 or enable_gqa or query.dim() != 4 or key.shape[:-2] != query.shape[:-2]:
-        return aten._scaled_dot_product_attention_math(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
-    if attn_mask is not None and attn_mask.dtype == torch.bool:  # True means "attend"
-        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    return _FusedAttention.apply(query, key, value, attn_mask, is_causal, scale)
-
-
-AUTOGRAD_KERNELS = {
-    aten.scaled_dot_product_attention.default: scaled_dot_product_attention,
-}
 
 
 KERNELS = {

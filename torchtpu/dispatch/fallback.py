@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
 import torch
-import torch._decomp
 
-from .. import tensor
-from ..runtime import stats
+from .. import config
+from ..core import tensor
+from ..ops import decompositions
+from ..runtime import metrics
 
-# Ops we run through torch._decomp because its decomposition is exact and
-# composes ops that have lowerings.  Reported in docs/op_coverage.md.
+# Ops that ran as their torch._decomp decomposition (ops/decompositions.py).
+# Reported in docs/op_coverage.md.
 DECOMPOSED: set = set()
 _warned: set = set()
-
-
-def cpu_fallback_enabled() -> bool:
-    return os.environ.get("TORCHTPU_CPU_FALLBACK", "0") not in ("", "0", "false", "False")
 
 
 def missing_lowering_error(op) -> NotImplementedError:
     return NotImplementedError(
         f"torchtpu: the op '{op._schema.name}.{op._overloadname or 'default'}' has no tpu lowering. "
-        "Add a lowering in torchtpu/ops/ (see docs/ops.md), or set TORCHTPU_CPU_FALLBACK=1 "
-        "to run it on the host (slow; counted in torch.tpu.fallback_stats())."
+        "Add a lowering in torchtpu/ops/ (see docs/ops.md), or run it on the host (slow; counted in "
+        "torch.tpu.metrics()) with TORCHTPU_CPU_FALLBACK=1 or torchtpu.config.update(cpu_fallback=True)."
     )
 
 
@@ -53,7 +49,7 @@ def _to_device(value):
 def run_on_host(op, args, kwargs):
     """Run ``op`` on CPU copies, write mutated arguments back, return tpu results."""
     name = str(op)
-    stats.cpu_fallbacks[name] += 1
+    metrics.cpu_fallbacks[name] += 1
     if name not in _warned:
         _warned.add(name)
         warnings.warn(f"torchtpu: {name} has no tpu lowering; running it on the CPU (TORCHTPU_CPU_FALLBACK=1)")
@@ -73,20 +69,6 @@ def run_on_host(op, args, kwargs):
     return _to_device(result)
 
 
-def _decomposition(op):
-    """PyTorch's decomposition of ``op`` into other ATen ops, if it has a usable one.
-
-    References from torch._refs lower to prims, whose eager implementation calls
-    the same ATen op again, so they are no help here.
-    """
-    decomposition = torch._decomp.decomposition_table.get(op)
-    if decomposition is None or op in _decomposing.active:
-        return None
-    if getattr(decomposition, "__module__", "").startswith("torch._refs"):
-        return None
-    return decomposition
-
-
 class _Decomposing(threading.local):
     def __init__(self):
         self.active = set()
@@ -96,7 +78,7 @@ _decomposing = _Decomposing()
 
 
 def fallback(op, args, kwargs):
-    decomposition = _decomposition(op)
+    decomposition = None if op in _decomposing.active else decompositions.decomposition(op)
     if decomposition is not None:
         DECOMPOSED.add(op)
         _decomposing.active.add(op)
@@ -104,6 +86,6 @@ def fallback(op, args, kwargs):
             return decomposition(*args, **kwargs)
         finally:
             _decomposing.active.discard(op)
-    if cpu_fallback_enabled():
+    if config.current.cpu_fallback:
         return run_on_host(op, args, kwargs)
     raise missing_lowering_error(op)

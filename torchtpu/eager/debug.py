@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import tensor
+from ..core import tensor
+from ..runtime import context
 
 _checks = False
 _warned_inert = False
@@ -42,9 +43,7 @@ class debug_checks:
         global _checks
         self.previous = _checks
         _checks = bool(enabled)
-        from . import modes
-
-        warn_if_checks_inert(modes.get_eager_mode() is not modes.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
+        warn_if_checks_inert(context.current().launcher.name != DebugLauncher.name)
 
     def __enter__(self):
         return self
@@ -63,22 +62,28 @@ def warn_if_checks_inert(inert: bool) -> None:
                       "(torch.tpu.set_eager_mode or TPU_LAUNCH_BLOCKING=1)")
 
 
-def launch(plan, program, dynamic):
-    """Run the program, wait for it, and check its results when checks are on."""
-    with tensor.x64():
-        outs, written = program.fn(*dynamic)
-    results = [a for a in outs if a is not None] + [a for a in written.values() if a is not None]
-    jax.block_until_ready(results)
-    if _checks:
-        for position, array in enumerate(results):
-            _check_finite(plan, position, array)
-    return outs, written
+class DebugLauncher:
+    name = "debug"
+    defers = False
+
+    def launch(self, program, dynamic):
+        """Run the program, wait for it, and check its results when checks are on."""
+        outs, written = program(*dynamic)
+        results = [a for a in outs if a is not None] + [a for a in written.values() if a is not None]
+        jax.block_until_ready(results)
+        if _checks:
+            for position, array in enumerate(results):
+                _check_finite(program.name, position, array)
+        return outs, written
+
+    def flush(self, cause=None) -> None:
+        pass
 
 
 _all_finite = jax.jit(lambda a: jnp.all(jnp.isfinite(a)))
 
 
-def _check_finite(plan, position, array) -> None:
+def _check_finite(name, position, array) -> None:
     if not (jnp.issubdtype(array.dtype, jnp.floating) or jnp.issubdtype(array.dtype, jnp.complexfloating)):
         return
     with tensor.x64():
@@ -86,7 +91,7 @@ def _check_finite(plan, position, array) -> None:
             return
         kind = "NaN" if bool(jnp.isnan(array).any()) else "infinity"
     raise NonFiniteError(
-        f"torchtpu debug check: {plan.op._schema.name}.{plan.op._overloadname} produced {kind} "
+        f"torchtpu debug check: {name} produced {kind} "
         f"in result {position} (shape {tuple(array.shape)}, {array.dtype})\n  at {user_frame()}")
 
 

@@ -1,4 +1,4 @@
-"""The eager modes: how each op's program is launched.
+"""The eager modes: which launcher runs each op's program.
 
 - ``DEFER_NEVER`` (strict, the default): one op at a time, asynchronous.
 - ``DEFER_NEVER_AND_LAUNCH_BLOCKING`` (debug): one op at a time, each waited
@@ -6,16 +6,19 @@
 - ``DEFER_AND_FUSE`` (fused): ops are recorded into a pending graph that runs
   as one compiled program at the next host sync.
 
-All three share the strict executor's per-op programs; a mode only swaps
-``strict._launch``.  The names are those of Google's TorchTPU.
+All three run the same per-op programs; a mode is the launcher installed in
+the execution context.  The names are those of Google's TorchTPU.
 """
 
 from __future__ import annotations
 
 import enum
-import os
 
-from . import debug, fused, strict
+from .. import config
+from ..runtime import context
+from .debug import DebugLauncher, warn_if_checks_inert
+from .fused import LAUNCHER as FUSED_LAUNCHER
+from .strict import StrictLauncher
 
 
 class EagerMode(enum.Enum):
@@ -24,26 +27,27 @@ class EagerMode(enum.Enum):
     DEFER_AND_FUSE = "fused"
 
 
-_current = EagerMode.DEFER_NEVER
+_LAUNCHERS = {
+    EagerMode.DEFER_NEVER: StrictLauncher(),
+    EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING: DebugLauncher(),
+    EagerMode.DEFER_AND_FUSE: FUSED_LAUNCHER,
+}
+_MODES = {launcher.name: mode for mode, launcher in _LAUNCHERS.items()}
 
 
 def get_eager_mode() -> EagerMode:
-    return _current
+    return _MODES[context.current().launcher.name]
 
 
 def set_eager_mode(mode) -> None:
-    """Switch mode; leaving fused mode first runs whatever it has pending."""
-    global _current
+    """Switch mode; leaving a mode first runs whatever it has pending."""
     mode = mode if isinstance(mode, EagerMode) else _parse(mode)
-    if _current is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE:
-        fused.flush("mode change")
-    _current = mode
-    strict._launch = {
-        EagerMode.DEFER_NEVER: None,
-        EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING: debug.launch,
-        EagerMode.DEFER_AND_FUSE: fused.record,
-    }[mode]
-    debug.warn_if_checks_inert(mode is EagerMode.DEFER_AND_FUSE)
+    ctx = context.current()
+    launcher = _LAUNCHERS[mode]
+    if ctx.launcher is not None and ctx.launcher is not launcher:
+        ctx.launcher.flush("mode change")
+    ctx.launcher = launcher
+    warn_if_checks_inert(mode is EagerMode.DEFER_AND_FUSE)
 
 
 def _parse(mode) -> EagerMode:
@@ -65,7 +69,7 @@ class eager_mode:
         self.previous = None
 
     def __enter__(self):
-        self.previous = _current
+        self.previous = get_eager_mode()
         set_eager_mode(self.mode)
         return self
 
@@ -74,22 +78,16 @@ class eager_mode:
         return False
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def mode_from_env() -> EagerMode:
-    """TPU_LAUNCH_BLOCKING=1 selects debug mode, TPU_DEFER_AND_FUSE=1 fused; debug wins."""
-    if _env_flag("TPU_LAUNCH_BLOCKING"):
+def mode_from_config(settings: config.Config | None = None) -> EagerMode:
+    """Debug mode if ``launch_blocking``, else fused if ``defer_and_fuse``, else strict."""
+    settings = settings or config.current
+    if settings.launch_blocking:
         return EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
-    if _env_flag("TPU_DEFER_AND_FUSE"):
+    if settings.defer_and_fuse:
         return EagerMode.DEFER_AND_FUSE
     return EagerMode.DEFER_NEVER
 
 
-def apply_env() -> None:
-    """Read the environment variables (at import) and the fused graph size limit."""
-    limit = os.environ.get("TPU_MAX_FUSED_OPS")
-    if limit:
-        fused.set_max_ops(int(limit))
-    set_eager_mode(mode_from_env())
+def install() -> None:
+    """At import: the mode the settings ask for."""
+    set_eager_mode(mode_from_config())

@@ -1,8 +1,9 @@
 """An FX graph of ATen ops as one pure jax function, built from the lowering table.
 
-The graph executors (``torch.compile(backend="tpu")`` now, fused eager
-later) share this: every node becomes its lowering called on jax values, so
-one lowering serves eager and graph execution alike.
+``torch.compile(backend="tpu")`` compiles it, and in fused eager mode a
+compiled graph joins the pending graph as one step: every node becomes its
+lowering called on jax values, so one lowering serves eager and graph
+execution alike.
 
 View ops have no lowering of their own, because eager execution makes views
 with PyTorch's metadata kernels.  In a graph a view is just a value: it is
@@ -19,8 +20,10 @@ import operator
 import jax
 import torch
 
-from .. import dtypes, tensor
+from ..core import dtypes, tensor
+from ..core.program import conform
 from ..ops.registry import LOWERINGS
+from ..runtime import rng
 
 aten = torch.ops.aten
 
@@ -99,24 +102,17 @@ def _read_view(node, value):
     return tensor.view_of(value, _layout(source), _layout(out), dtypes.to_jax(out.dtype), nbytes)
 
 
-def _conform(value, meta):
+def _conform(value, meta, op):
     """A lowering's result, cast to the dtype and shape the graph's metadata gives."""
     if not isinstance(meta, torch.Tensor):
         return value
-    value = jax.numpy.asarray(value)
-    want = dtypes.to_jax(meta.dtype)
-    value = dtypes.cast(value, want)
-    shape = tuple(meta.shape)
-    # A symbolic size (dynamic shapes) is known only from the traced value itself.
-    if value.shape != shape and all(type(s) is int for s in shape):
-        value = jax.numpy.broadcast_to(value, shape)
-    return value
+    return conform(value, meta.shape, meta.dtype, op)
 
 
-def _conform_all(result, meta):
+def _conform_all(result, meta, op):
     if isinstance(result, (list, tuple)):
-        return type(result)(_conform_all(r, m) for r, m in zip(result, meta))
-    return _conform(result, meta)
+        return type(result)(_conform_all(r, m, op) for r, m in zip(result, meta))
+    return _conform(result, meta, op)
 
 
 def _constant(value):
@@ -146,7 +142,7 @@ def _call(node, args, kwargs, key):
         raise UnsupportedGraph(f"torchtpu: no lowering for {op} in a compiled graph")
     if lowering.random:
         kwargs = {**kwargs, "key": jax.random.fold_in(key, node.meta["torchtpu_index"])}
-    return _conform_all(lowering.fn(*args, **kwargs), node.meta.get("val"))
+    return _conform_all(lowering.fn(*args, **kwargs), node.meta.get("val"), op)
 
 
 def mutated_inputs(gm: torch.fx.GraphModule) -> list[int]:
@@ -175,7 +171,7 @@ def to_jax_function(gm: torch.fx.GraphModule):
     mutated = [placeholders[i] for i in mutated_inputs(gm)]
 
     def fn(inputs, seed, offset):
-        key = jax.random.fold_in(jax.random.key(seed), offset)
+        key = rng.key(seed, offset)
         env = dict(zip(placeholders, inputs))
 
         def value(arg):
@@ -186,7 +182,7 @@ def to_jax_function(gm: torch.fx.GraphModule):
                 env[node] = _constant(operator.attrgetter(node.target)(gm))
             elif node.op == "call_function" and node.target is aten.copy_.default:
                 target, source = node.args[0], value(node.args[1])
-                env[node] = env[target] = _conform(source, target.meta["val"])
+                env[node] = env[target] = _conform(source, target.meta["val"], node.target)
             elif node.op == "call_function":
                 env[node] = _call(node, value(node.args), value(node.kwargs), key)
             elif node.op == "output":

@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 import torch.serialization
 
-from . import tensor
+from ...core import tensor
+from ...runtime.device import TORCH_DEVICE, index_of
 
 _PRIORITY = 19  # before PyTorch's generic PrivateUse1 entry (23), whose restore crashes
 _StorageBase = torch.storage._StorageBase
@@ -48,14 +49,12 @@ def storage_from_host(host: torch.UntypedStorage) -> torch.UntypedStorage:
 
 def clone_tpu_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
     """A new tpu storage with a copy of a tpu storage's bytes (no host round trip)."""
-    as_bytes = torch.empty((0,), dtype=torch.uint8, device=tensor.DEVICE).set_(storage)
+    as_bytes = torch.empty((0,), dtype=torch.uint8, device=TORCH_DEVICE).set_(storage)
     return as_bytes.clone().untyped_storage()
 
 
 def to_tpu(storage: torch.UntypedStorage, device=None) -> torch.UntypedStorage:
-    from . import device as device_module
-
-    device_module._index(device)  # only tpu:0 exists
+    index_of(device)  # only tpu:0 exists
     if storage.device.type == "tpu":
         return storage
     return storage_from_host(storage.cpu())
@@ -135,6 +134,3 @@ def install() -> None:
     _StorageBase.__reduce__ = _reduce_untyped
     torch.storage.TypedStorage.__reduce__ = _reduce_typed
     _StorageBase._torchtpu_serialization = True
-
-
-install()

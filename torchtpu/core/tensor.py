@@ -1,5 +1,8 @@
 """The tpu tensor representation.  This is the only module that reads its fields.
 
+Other layers use its functions and ``Buffer``'s public members (``value``,
+``array``, ``layout``, ``set``), never the attributes behind them.
+
 A tpu tensor is a plain PrivateUse1 ``torch.Tensor`` with a real, non-owning
 storage at a fake, unique address.  PyTorch's own CPU metadata kernels make
 views of it, so aliasing, strides, offsets and version counters are exactly
@@ -28,10 +31,10 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
+from ..runtime import context, memory
+from ..runtime.device import TORCH_DEVICE
 from . import dtypes
-from .runtime import memory
 
-DEVICE = torch.device("tpu", 0)
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
 # Fake addresses: a high range no host pointer uses, spaced so storages never overlap.
@@ -96,21 +99,16 @@ class Deferred:
         return f"Deferred(#{self.index}, {self.shape}, {self.dtype})"
 
 
-# Set by the fused executor: ``flush(cause)`` runs the pending graph.
-_flush_pending = None
-
-
 def materialize(cause: str | None = None) -> None:
-    """Run any pending fused graph, so every Buffer holds a real array."""
-    if _flush_pending is not None:
-        _flush_pending(cause)
+    """Run whatever the launcher has pending (fused mode), so every Buffer holds a real array."""
+    context.current().flush(cause)
 
 
 class Buffer:
     """Device data of one storage: an array, a Deferred (fused mode), or None until first written.
 
     ``array`` always gives a real array, running the pending graph if need
-    be; executors that can handle a Deferred read ``_value`` directly.
+    be; executors that can handle a Deferred read ``value``, which never runs it.
     """
 
     __slots__ = ("_value", "layout", "__weakref__")
@@ -119,6 +117,17 @@ class Buffer:
         self._value = None
         self.layout = None
         self.set(array, layout)
+
+    @property
+    def value(self):
+        """The array, the Deferred that will become it, or None: whatever is there now."""
+        return self._value
+
+    @property
+    def storage_dtype(self):
+        """The dtype of the array the storage holds (known before a Deferred is computed), or None."""
+        value = self._value
+        return None if value is None else value.dtype
 
     @property
     def array(self):
@@ -165,6 +174,11 @@ def layout_of(t: torch.Tensor) -> tuple:
 _buffers_by_address: "weakref.WeakValueDictionary[int, Buffer]" = weakref.WeakValueDictionary()
 
 
+def storage_buffer(storage) -> Buffer | None:
+    """The Buffer torchtpu attached to a storage it made, or None (a host storage, or one C++ re-wrapped)."""
+    return getattr(storage, "_tpu_buffer", None)
+
+
 def buffer_of(t: torch.Tensor) -> Buffer:
     storage = t.untyped_storage()
     try:
@@ -189,7 +203,7 @@ def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tenso
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     nbytes = (offset + extent) * dtype.itemsize if extent else 0
     address = _next_address(nbytes)
-    storage = torch._C._construct_storage_from_data_pointer(address, DEVICE, nbytes)
+    storage = torch._C._construct_storage_from_data_pointer(address, TORCH_DEVICE, nbytes)
     storage._tpu_buffer = _buffers_by_address[address] = Buffer()
     t = torch._C._acc.create_empty_tensor((0,), dtype)
     _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
@@ -200,7 +214,7 @@ def from_array(array: jax.Array, dtype: torch.dtype | None = None, stride=None) 
     """Wrap a jax array as a new tpu tensor that owns it."""
     dtype = dtypes.to_torch(array.dtype) if dtype is None else dtype
     t = empty(array.shape, dtype, stride)
-    t.untyped_storage()._tpu_buffer.set(array, layout_of(t))
+    storage_buffer(t.untyped_storage()).set(array, layout_of(t))
     return t
 
 
@@ -397,8 +411,7 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     nbytes = t.untyped_storage().nbytes()
     if value.size == 0:  # an empty view writes nothing
         return
-    old_dtype = None if buf._value is None else buf._value.dtype  # a Deferred knows its dtype
-    new_layout, _ = written_layout(old_dtype, buf.layout, layout, value.dtype, nbytes)
+    new_layout, _ = written_layout(buf.storage_dtype, buf.layout, layout, value.dtype, nbytes)
     if new_layout == layout:
         buf.set(value, layout)
         return
@@ -465,3 +478,21 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     else:
         host = np.asarray(jax.device_get(read(t)))
     return dtypes.numpy_to_torch(host, t.dtype).reshape(t.shape)
+
+
+# ---- host tensors as operands ------------------------------------------------
+
+
+def device_operand(value: torch.Tensor, where: str, host_indices: bool = False) -> torch.Tensor:
+    """A tensor argument of a tpu program, on the device.
+
+    As on CUDA, a 0-dim CPU tensor may join a device op (it is a number), and
+    index ops (``host_indices``) accept CPU index tensors; any other tensor on
+    another device is PyTorch's device-mismatch error.  ``where`` names the op."""
+    if value.device.type == "tpu":
+        return value
+    if value.device.type == "cpu" and (value.dim() == 0 or host_indices):
+        return from_host(value)
+    raise RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"tpu:0 and {value.device}! (when checking argument for {where})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import functools
 import time
 import warnings
 from typing import NamedTuple
@@ -13,41 +12,39 @@ import numpy as np
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from .. import dtypes, tensor
-from ..execution import fused, graph, strict
-from ..ops.registry import LOWERINGS
-from ..runtime import compile_cache, precision, rng, stats
+from ..core import dtypes, tensor
+from ..core.program import Program, abstract_value, unshared
+from ..graph import fx
+from ..ops import decompositions
+from ..runtime import caches, compile_cache, context, metrics, precision, rng
 
-# torchtpu's runtime, which Dynamo must not trace into: our kernels run in eager
-# mode between graphs (the backward after a graph break, say), and their frames
-# are ours, not the user's.  The demo, the CLI and the user-facing helpers
-# (pallas.py's op wrappers, bucketing) stay traceable.
-_RUNTIME_MODULES = ("torchtpu.backend", "torchtpu.device", "torchtpu.dtypes", "torchtpu.tensor", "torchtpu.modules",
-                    "torchtpu.serialization", "torchtpu.execution", "torchtpu.ops", "torchtpu.runtime",
-                    "torchtpu.compile", "jax", "jaxlib")
+
+def runtime_modules() -> list[str]:
+    """torchtpu's runtime, which Dynamo must not trace into: our kernels run in eager
+    mode between graphs (the backward after a graph break, say), and their frames
+    are ours, not the user's.  That is every layer but ``tools`` and ``integrations``
+    (user-level programs), and the user-facing helpers of ``api`` (pallas's op
+    wrappers, bucketing), which a compiled function may call."""
+    import pkgutil
+
+    import torchtpu
+    from torchtpu import api
+
+    user_level = {"tools", "integrations", "api"}
+    layers = [f"torchtpu.{m.name}" for m in pkgutil.iter_modules(torchtpu.__path__) if m.name not in user_level]
+    api_runtime = [f"torchtpu.api.{m.name}" for m in pkgutil.iter_modules(api.__path__)
+                   if m.name not in api.TRACEABLE_MODULES]
+    return layers + api_runtime + ["jax", "jaxlib"]
 
 
 def _skip_our_frames() -> None:
     from torch._dynamo import trace_rules
 
-    for module in _RUNTIME_MODULES:
+    for module in runtime_modules():
         trace_rules.add(module)
 
 
 _skip_our_frames()
-
-
-@functools.cache
-def _decompositions() -> dict:
-    """PyTorch's decompositions for the ops the lowering table lacks, applied while tracing."""
-    table = {}
-    for op, decomposition in torch._decomp.decomposition_table.items():
-        if op in LOWERINGS or not isinstance(op, torch._ops.OpOverload) or op.is_view:
-            continue
-        if getattr(decomposition, "__module__", "").startswith("torch._refs"):
-            continue  # references lower to prims, which have no lowerings
-        table[op] = decomposition
-    return table
 
 
 def _output_metas(gm):
@@ -73,12 +70,12 @@ class CompiledGraph:
         self.name = name
         self.gm = gm
         # Op by op instead: a graph of views only (no program needed), or one that cannot be traced.
-        self.eager = graph.only_views(gm)
-        self.fn = graph.to_jax_function(gm)
-        self.mutated = graph.mutated_inputs(gm)
+        self.eager = fx.only_views(gm)
+        self.fn = fx.to_jax_function(gm)
+        self.mutated = fx.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)
-        self.programs = {}  # signature -> (compiled program, constant outputs)
-        self.recorded = {}  # input description -> _RecordedGraph, for fused eager mode
+        self.programs = caches.BoundedCache("compiled graph programs", 64)  # signature -> (executable, constants)
+        self.recorded = caches.BoundedCache("compiled graphs in fused graphs", 64)  # reads -> Program
         # Integer inputs (sizes Dynamo made symbolic, such as a cache position) are passed
         # to the program at run time, so a new value does not compile a new program; if
         # tracing needs one as a constant (a shape), they become constants instead.
@@ -90,16 +87,17 @@ class CompiledGraph:
     def __call__(self, *args):
         if self.eager:
             return self.gm(*args)
-        inputs = [_device_value(a) for a in args]
-        if fused.recording() and self._record_safe(args, inputs):
-            return self._record(args, inputs)
-        donated = _donatable(inputs, self.mutated)
-        signature = (tuple("int" if self._runtime(a) else _signature(a) for a in inputs),
-                     (f"precision={precision.current}", f"donate={donated}"))
-        entry = self.programs.get(signature)
+        inputs = [_device_value(a, self.name) for a in args]
+        launcher = context.current().launcher
+        if launcher.defers and self._record_safe(args, inputs):
+            return self._record(launcher, args, inputs)
         arrays = [tensor.read(a) for a in inputs if isinstance(a, torch.Tensor)]
+        donated = self._donatable(inputs, arrays)
+        signature = (tuple("int" if self._runtime(a) else _signature(a) for a in inputs),
+                     (f"precision={precision.current()}", f"donate={donated}"))
+        entry = self.programs.get(signature)
         seed, offset = rng.next_seed_and_offset()
-        numbers = [a for a in inputs if self._runtime(a)] + [np.int64(seed % (1 << 32)), np.int64(offset)]
+        numbers = [a for a in inputs if self._runtime(a)] + [np.int64(seed), np.int64(offset)]
         if entry is None:
             try:
                 entry = self.programs[signature] = self._compile(inputs, arrays, numbers, signature, donated)
@@ -125,11 +123,19 @@ class CompiledGraph:
     def _runtime(self, value) -> bool:
         return self.runtime_ints and type(value) is int
 
+    def _donatable(self, inputs, arrays) -> tuple:
+        """The overwritten inputs whose arrays nothing else can see: alone in their storage,
+        viewing all of it, and held by nothing but that storage (the donation policy)."""
+        storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
+        array_position = {i: k for k, i in enumerate(i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor))}
+        return tuple(
+            i for i in self.mutated
+            if storages[inputs[i].untyped_storage()._cdata] == 1 and tensor.holds_whole_buffer(inputs[i])
+            and unshared(arrays, array_position[i], owners=1)
+        )
+
     def _compile(self, inputs, arrays, numbers, signature, donated):
-        previous = _LAST_SIGNATURE.get(self.code_key)
-        if previous is not None and compile_cache.log_recompiles():
-            compile_cache.log.warning("torchtpu: recompiling the %s graph: %s", self.name,
-                                      compile_cache.describe_change(previous, signature))
+        compile_cache.log_recompile(self.name, _LAST_SIGNATURE.get(self.code_key), signature)
         _LAST_SIGNATURE[self.code_key] = signature
         statics = [None if isinstance(a, torch.Tensor) or self._runtime(a) else a for a in inputs]
         order = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
@@ -152,7 +158,7 @@ class CompiledGraph:
             compile_cache.dump(f"{self.name}-graph", lowered)
             program = lowered.compile()
         compile_cache.record_miss(time.perf_counter() - start)
-        stats.compiles[f"compiled graph {self.name}"] += 1
+        metrics.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
 
     # ---- fused eager: the graph joins the pending graph ----------------------------
@@ -163,7 +169,7 @@ class CompiledGraph:
         storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
         return all(args[i] is inputs[i] and storages[inputs[i].untyped_storage()._cdata] == 1 for i in self.mutated)
 
-    def _record(self, args, inputs):
+    def _record(self, launcher, args, inputs):
         """Append this graph to the pending fused graph, so that the forward, the backward
         and the optimizer's graphs of a training step run as one program at the next sync."""
         buffers, slots, reads = [], {}, []
@@ -175,27 +181,26 @@ class CompiledGraph:
             slot = slots.setdefault(id(buffer), len(buffers))
             if slot == len(buffers):
                 buffers.append(buffer)
-            old_dtype = None if buffer._value is None else buffer._value.dtype
             reads.append(_Read(slot, buffer.layout, tensor.layout_of(value), dtypes.to_jax(value.dtype),
-                               value.untyped_storage().nbytes(), old_dtype))
-        seed, offset = rng.next_seed_and_offset()
-        dynamic = [b._value for b in buffers] + [int(seed % (1 << 32)), int(offset)]
-        key = (tuple(reads), precision.current)
-        program = self.recorded.get(key)
-        if program is None:
+                               value.untyped_storage().nbytes(), buffer.storage_dtype))
+        dynamic = [b.value for b in buffers] + list(rng.next_seed_and_offset())
+        key = (tuple(reads), precision.current())
+        entry = self.recorded.get(key)
+        if entry is None:
             try:
-                program = self.recorded[key] = _RecordedGraph(self, reads, dynamic)
+                entry = self.recorded[key] = _recorded_program(self, reads, dynamic)
             except _UNTRACEABLE as error:
                 _fall_back(self.name, f"{type(error).__name__}: {str(error).splitlines()[0]}")
                 self.eager = True
                 return self.gm(*args)
-        outs, written = fused.record(None, program, dynamic)
+        program, constants = entry
+        outs, written = launcher.launch(program, dynamic)
         for slot, value in written.items():
             buffers[slot].set(value, program.written_layouts[slot])
         for position in self.mutated:
             torch.autograd.graph.increment_version(args[position])
         outs = iter(outs)
-        return [_wrap(next(outs), meta) if c is _ARRAY else c for c, meta in zip(program.constants, self.out_metas)]
+        return [_wrap(next(outs), meta) if c is _ARRAY else c for c, meta in zip(constants, self.out_metas)]
 
 
 class _Read(NamedTuple):
@@ -209,39 +214,34 @@ class _Read(NamedTuple):
     storage_dtype: object
 
 
-class _RecordedGraph:
-    """A compiled graph as one step of the fused graph: the interface of strict.Program
-    that ``fused.record`` uses.  It reads its inputs through their views and writes
-    the inputs it overwrites back into their storages, inside the program."""
+def _recorded_program(compiled: CompiledGraph, reads, dynamic):
+    """A compiled graph as one step of the fused graph: a Program that reads its inputs
+    through their views and writes the inputs it overwrites back into their storages,
+    inside the program; and the graph's constant outputs."""
+    writes = {reads[i].slot: reads[i] for i in compiled.mutated}
+    constants = []
 
-    fresh_outputs = True
+    def pure(*dynamic):
+        *storages, seed, offset = dynamic
+        values = [tensor.view_of(storages[r.slot], r.storage_layout, r.layout, r.dtype, r.nbytes)
+                  if isinstance(r, _Read) else r for r in reads]
+        outs, new_values = compiled.fn(values, seed, offset)
+        constants[:] = [_ARRAY if isinstance(o, jax.Array) else o for o in outs]
+        written = {
+            r.slot: tensor.with_view_written(storages[r.slot], r.storage_layout, r.layout, new, r.nbytes)
+            for r, new in zip(writes.values(), new_values)
+        }
+        return [o for o in outs if isinstance(o, jax.Array)], written
 
-    def __init__(self, compiled: CompiledGraph, reads, dynamic):
-        writes = {reads[i].slot: reads[i] for i in compiled.mutated}
-        constants = []
-
-        def pure(*dynamic):
-            *storages, seed, offset = dynamic
-            values = [tensor.view_of(storages[r.slot], r.storage_layout, r.layout, r.dtype, r.nbytes)
-                      if isinstance(r, _Read) else r for r in reads]
-            outs, new_values = compiled.fn(values, seed, offset)
-            constants[:] = [_ARRAY if isinstance(o, jax.Array) else o for o in outs]
-            written = {
-                r.slot: tensor.with_view_written(storages[r.slot], r.storage_layout, r.layout, new, r.nbytes)
-                for r, new in zip(writes.values(), new_values)
-            }
-            return [o for o in outs if isinstance(o, jax.Array)], written
-
-        with tensor.x64():
-            arrays, _ = jax.eval_shape(pure, *map(strict.abstract_value, dynamic))
-        self.pure = pure
-        self.constants = constants
-        metas = [m for c, m in zip(constants, compiled.out_metas) if c is _ARRAY]
-        self.out_metas = [(a.shape, _stride(m), m.dtype) for a, m in zip(arrays, metas)]
-        self.written_layouts, self.written_dtypes = {}, {}
-        for slot, r in writes.items():
-            layout, dtype = tensor.written_layout(r.storage_dtype, r.storage_layout, r.layout, r.dtype, r.nbytes)
-            self.written_layouts[slot], self.written_dtypes[slot] = layout, dtype
+    with tensor.x64():
+        arrays, _ = jax.eval_shape(pure, *map(abstract_value, dynamic))
+    metas = [m for c, m in zip(constants, compiled.out_metas) if c is _ARRAY]
+    out_metas = [(a.shape, _stride(m), m.dtype) for a, m in zip(arrays, metas)]
+    written_layouts, written_dtypes = {}, {}
+    for slot, r in writes.items():
+        layout, dtype = tensor.written_layout(r.storage_dtype, r.storage_layout, r.layout, r.dtype, r.nbytes)
+        written_layouts[slot], written_dtypes[slot] = layout, dtype
+    return Program(f"compiled {compiled.name} graph", pure, out_metas, written_layouts, written_dtypes), constants
 
 
 def _write_back(original, on_device, array) -> None:
@@ -253,24 +253,14 @@ def _write_back(original, on_device, array) -> None:
         original.copy_(tensor.from_array(array, original.dtype))
 
 
-def _donatable(inputs, mutated) -> tuple:
-    """The overwritten inputs whose arrays only they can see: alone in their storage, viewing all of it."""
-    storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
-    return tuple(
-        i for i in mutated
-        if storages[inputs[i].untyped_storage()._cdata] == 1 and tensor.holds_whole_buffer(inputs[i])
-    )
-
-
 _LAST_SIGNATURE: dict = {}  # (graph kind, graph code) -> the signature it last compiled for
 _ARRAY = object()  # marks a graph output that the program returns as an array
 
 
-def _device_value(value):
-    if isinstance(value, torch.Tensor) and value.device.type != "tpu":
-        if value.dim() == 0:  # a 0-dim CPU tensor may join a tpu program, as in eager
-            return tensor.from_host(value)
-        raise RuntimeError(f"torchtpu: a compiled tpu graph got an input on {value.device}")
+def _device_value(value, name):
+    """A graph input on the device: a 0-dim CPU tensor may join a tpu program, as in eager."""
+    if isinstance(value, torch.Tensor):
+        return tensor.device_operand(value, f"the compiled {name} graph")
     return value
 
 
@@ -289,12 +279,12 @@ def _wrap(value, meta):
     return tensor.from_array(value, meta.dtype, _stride(meta))
 
 
-_UNTRACEABLE = (graph.UnsupportedGraph, jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+_UNTRACEABLE = (fx.UnsupportedGraph, jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
                 jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError)
 
 
 def _fall_back(kind, reason):
-    compile_cache.graph_fallbacks[reason] += 1
+    metrics.count(metrics.graph_fallbacks, reason)
     warnings.warn(f"torchtpu: {reason}; this {kind} graph runs op by op in eager mode instead")
 
 
@@ -305,7 +295,7 @@ def _compiler(kind):
     def compile_graph(gm, example_inputs):
         try:
             return CompiledGraph(gm, kind)
-        except graph.UnsupportedGraph as error:
+        except fx.UnsupportedGraph as error:
             _fall_back(kind, str(error).removeprefix("torchtpu: "))
             return gm
 
@@ -320,7 +310,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        decompositions=_decompositions(),
+        decompositions=decompositions.for_graphs(),
         keep_inference_input_mutations=True,  # the graph updates its inputs itself (CompiledGraph)
     )
     return backend(gm, example_inputs, **kwargs)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import jax
 import torch
 
-from . import dtypes
-from .backend import _execute_kernel
-from .ops.registry import LOWERINGS, Lowering
+from ..core import dtypes
+from ..dispatch.registration import lowered_kernel
+from ..ops import registry
 
 NAMESPACE = "torchtpu_jax"
 _library = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -52,8 +52,8 @@ def _define(name: str, schema: str, array_fn, shape_fn) -> torch._ops.OpOverload
         return [torch.empty(s.shape, dtype=dtypes.to_torch(s.dtype), device=device) for s in shape_fn(*specs)]
 
     torch.library.register_fake(op, fake, lib=_library)
-    LOWERINGS[op] = Lowering(array_fn)
-    _library.impl(name, _execute_kernel(op), "PrivateUse1")
+    registry.register(op, registry.Lowering(array_fn))
+    _library.impl(name, lowered_kernel(op), "PrivateUse1")
     _ops[name] = op
     return op
 

@@ -1,9 +1,21 @@
-"""Front layer: register the PrivateUse1 key as ``tpu`` and install its kernels."""
+"""Registration with PyTorch: the ``tpu`` device, and a PrivateUse1 kernel for every op we run.
+
+``register_device`` installs the ``torch.tpu`` module, the hooks and the
+device guard.  ``register_kernels`` installs, in one place, every kernel the
+backend has: the metadata kernels that make views, the native kernels of
+``kernels.py`` (allocation, copies, host reads), one eager-executor kernel for
+each op the lowering table covers (with its in-place and out= variants), the
+SDPA autograd kernel, autocast, and the catch-all fallback for the rest.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.utils.backend_registration as backend_registration
+
+from ..eager import executor, plan
+from ..ops.registry import LOWERINGS, NAMESPACE
+from . import attention, autocast, fallback, kernels
 
 aten = torch.ops.aten
 _libraries = []  # keep the torch.library objects alive
@@ -34,12 +46,11 @@ def register_device(device_module) -> None:
 
 
 def _lowered_overloads():
-    """Every OpOverload the table covers, with the in-place and out= variants derived from it."""
-    from .execution import plan
-    from .ops.registry import LOWERINGS
-
+    """Every ATen OpOverload the table covers, with the in-place and out= variants derived from it."""
     seen = set()
     for functional in LOWERINGS:
+        if functional.namespace != "aten":
+            continue
         packet_name = functional._schema.name.split("::")[1]
         for name in (packet_name, packet_name + "_"):
             packet = getattr(aten, name, None)
@@ -61,48 +72,45 @@ def _decomposes_above_us(op) -> bool:
         return False
 
 
-def _execute_kernel(op):
-    from .execution import plan, strict
-
+def lowered_kernel(op):
+    """The PrivateUse1 kernel of an op the lowering table covers: the eager executor."""
     op_plan = plan.plan_for(op)
 
     def kernel(*args, **kwargs):
-        return strict.run(op_plan, args, kwargs)
+        return executor.run(op_plan, args, kwargs)
 
     return kernel
 
 
 def _fallback_kernel(keyset, op, *args, **kwargs):
-    from .execution import fallback
-
     return fallback.fallback(op, args, kwargs)
+
+
+def _library(namespace, kind, key):
+    lib = torch.library.Library(namespace, kind, key)
+    _libraries.append(lib)
+    return lib
 
 
 def register_kernels() -> None:
     if _libraries:
         return
-    from . import ops  # noqa: F401  (fills the lowering table)
-    from .execution import builtins
+    from .. import ops  # noqa: F401  (fills the lowering table)
 
-    lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
-    _libraries.append(lib)
-    for op in builtins.METADATA_OPS:
-        lib.impl(op, builtins.metadata_kernel(op))
-    for op, kernel in builtins.KERNELS.items():
+    lib = _library("aten", "IMPL", "PrivateUse1")
+    for op in kernels.METADATA_OPS:
+        lib.impl(op, kernels.metadata_kernel(op))
+    for op, kernel in kernels.KERNELS.items():
         lib.impl(op, kernel)
     for op in _lowered_overloads():
-        if op not in builtins.KERNELS:
-            lib.impl(op, _execute_kernel(op))
-    autograd = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
-    _libraries.append(autograd)
-    for op, kernel in builtins.AUTOGRAD_KERNELS.items():
+        if op not in kernels.KERNELS:
+            lib.impl(op, lowered_kernel(op))
+    autograd = _library("aten", "IMPL", "AutogradPrivateUse1")
+    for op, kernel in attention.AUTOGRAD_KERNELS.items():
         autograd.impl(op, kernel)
-    own = torch.library.Library("torchtpu", "IMPL", "PrivateUse1")  # ops torchtpu defines (ops/attention.py)
-    _libraries.append(own)
-    from .ops.registry import LOWERINGS
-
-    for op in [op for op in LOWERINGS if op.namespace == "torchtpu"]:
-        own.impl(op._schema.name.split("::")[1], _execute_kernel(op))
-    catch_all = torch.library.Library("_", "IMPL", "PrivateUse1")
-    _libraries.append(catch_all)
+    own = _library(NAMESPACE, "IMPL", "PrivateUse1")  # the ops torchtpu defines (ops/registry.define)
+    for op in [op for op in LOWERINGS if op.namespace == NAMESPACE]:
+        own.impl(op._schema.name.split("::")[1], lowered_kernel(op))
+    catch_all = _library("_", "IMPL", "PrivateUse1")
     catch_all.fallback(_fallback_kernel, with_keyset=True)
+    autocast.register(_library)

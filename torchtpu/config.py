@@ -1,0 +1,122 @@
+"""Every setting torchtpu reads from the environment, read once, at import.
+
+One rule names them: ``TORCHTPU_<NAME>``.  The three eager-mode switches also
+answer to the names Google's TorchTPU gives them (``TPU_LAUNCH_BLOCKING``,
+``TPU_DEFER_AND_FUSE``, ``TPU_MAX_FUSED_OPS``), so programs written for it run
+unchanged; where both are set, the ``TORCHTPU_`` name wins.  One parser reads
+flags: a flag is on unless it is unset, empty, ``0``, ``false``, ``no`` or
+``off`` (in any case).
+
+Changing ``os.environ`` after import changes nothing: change a setting with
+``torchtpu.config.update(name=value)``, or for a block with
+``with torchtpu.config.override(name=value):``.  ``docs/configuration.md``
+holds the table of every setting, generated from ``Config``'s fields (a test checks
+it is current).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+_OFF = ("", "0", "false", "no", "off")
+
+
+def parse_flag(text: str) -> bool:
+    return text.strip().lower() not in _OFF
+
+
+def _parse_path(text: str) -> str | None:
+    return text or None
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _setting(default, parse, doc, aliases=()):
+    return dataclasses.field(default=default, metadata={"parse": parse, "doc": doc, "aliases": aliases})
+
+
+@dataclasses.dataclass
+class Config:
+    """The settings; each field's metadata says how its environment variable is read."""
+
+    launch_blocking: bool = _setting(
+        False, parse_flag, "Debug eager mode at import: each op waits for its result (wins over fused).",
+        aliases=("TPU_LAUNCH_BLOCKING",))
+    defer_and_fuse: bool = _setting(
+        False, parse_flag, "Fused eager mode at import: ops join a pending graph that runs as one program.",
+        aliases=("TPU_DEFER_AND_FUSE",))
+    max_fused_ops: int = _setting(
+        500, _parse_positive_int, "The size of a pending fused graph at which it runs.",
+        aliases=("TPU_MAX_FUSED_OPS",))
+    cpu_fallback: bool = _setting(
+        False, parse_flag, "Run ops that have no lowering on the host (slow; warned once per op, counted).")
+    log_recompiles: bool = _setting(
+        False, parse_flag, "Log every compile of a graph after its first, with what changed.")
+    cache_dir: str | None = _setting(
+        None, _parse_path, "Keep compiled programs in this directory (XLA's persistent cache), across processes.")
+    dump_dir: str | None = _setting(None, _parse_path, "Write the StableHLO of every compiled graph here.")
+    flash_attention: bool = _setting(
+        False, parse_flag, "Use the Pallas flash-attention kernel off TPU too (in Pallas' interpreter; for testing).")
+    program_cache_size: int = _setting(
+        8192, _parse_positive_int, "How many compiled programs each cache keeps before it evicts its oldest.")
+
+
+def env_name(field: dataclasses.Field) -> str:
+    return "TORCHTPU_" + field.name.upper()
+
+
+SETTINGS = dataclasses.fields(Config)
+_NAMES = {f.name for f in SETTINGS}
+
+
+def from_environ(environ=os.environ) -> Config:
+    """The settings the environment gives, defaults for the rest."""
+    values = {}
+    for setting in SETTINGS:
+        for env in (env_name(setting), *setting.metadata["aliases"]):
+            if env in environ:
+                try:
+                    values[setting.name] = setting.metadata["parse"](environ[env])
+                except ValueError as error:
+                    raise ValueError(f"torchtpu: {env}={environ[env]!r}: {error}") from None
+                break
+    return Config(**values)
+
+
+current = from_environ()
+
+
+def update(**changes) -> None:
+    """Change settings of the running process: ``update(cpu_fallback=True)``."""
+    unknown = set(changes) - _NAMES
+    if unknown:
+        raise AttributeError(f"torchtpu.config has no setting {sorted(unknown)}; settings: {sorted(_NAMES)}")
+    for name, value in changes.items():
+        setattr(current, name, value)
+
+
+@contextlib.contextmanager
+def override(**changes):
+    """Change settings inside a block; the old values come back on exit."""
+    previous = {name: getattr(current, name) for name in changes}
+    update(**changes)
+    try:
+        yield current
+    finally:
+        update(**previous)
+
+
+def markdown_table() -> str:
+    """The table of settings in docs/configuration.md."""
+    rows = ["| variable | also read as | default | what it does |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        aliases = ", ".join(f"`{a}`" for a in s.metadata["aliases"])
+        rows.append(f"| `{env_name(s)}` | {aliases} | `{s.default}` | {s.metadata['doc']} |")
+    return "\n".join(rows)

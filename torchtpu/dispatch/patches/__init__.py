@@ -1,0 +1,14 @@
+"""PyTorch functions a Python backend has to replace, each only for tpu and each undone for nothing else.
+
+- ``module_to``: ``Module.to("tpu")`` keeps Parameter identity (tied weights stay tied).
+- ``accelerator``: ``torch.accelerator``'s memory functions answer for tpu.
+- ``serialization``: ``torch.load``, ``copy.deepcopy`` and ``pickle`` of tpu storages.
+"""
+
+from . import accelerator, module_to, serialization
+
+
+def install() -> None:
+    module_to.install()
+    accelerator.install()
+    serialization.install()

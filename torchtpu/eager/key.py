@@ -1,0 +1,113 @@
+"""The key of one eager call: what its program depends on, and the values it passes at run time.
+
+Tensors are described by storage slot, layout and dtype; Python floats and
+complex numbers are runtime values (so a changing learning rate does not
+recompile) unless the lowering needs them static; everything else is a
+constant of the program.  One pass over the arguments builds both the key
+and the list of dynamic inputs, and nothing here allocates device memory
+except a 0-dim host tensor joining the op.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..core import tensor
+from ..runtime import precision
+
+_Tensor = torch.Tensor
+_DYNAMIC_NUMBERS = (float, complex)
+# Ops that, as on CUDA, accept CPU index tensors for a device tensor.
+HOST_INDEX_OPS = {"aten::index", "aten::_unsafe_index", "aten::index_put", "aten::index_put_",
+                   "aten::_index_put_impl", "aten::_index_put_impl_"}
+
+
+class TensorRef(NamedTuple):
+    """A tensor argument in a program key: its storage slot, view layout and dtype."""
+
+    slot: int
+    size: tuple
+    stride: tuple
+    offset: int
+    dtype: torch.dtype
+    # PyTorch's lazy conjugate and negative bits (complex views): (is_conj, is_neg).
+    lazy: tuple = (False, False)
+
+    @property
+    def layout(self):
+        return (self.size, self.stride, self.offset)
+
+
+class NumberRef(NamedTuple):
+    """A Python number passed to the program as a runtime value."""
+
+    kind: type
+
+
+class ConstRef(NamedTuple):
+    """A bool or float constant: 1, 1.0 and True are equal keys, so the type is kept."""
+
+    kind: type
+    value: object
+
+
+class GeneratorRef(NamedTuple):
+    """A torch.Generator argument; the program draws from the tpu stream instead."""
+
+
+class Call:
+    """One call described: its key, and the dynamic inputs gathered on the way."""
+
+    __slots__ = ("key", "arg_key", "kw_key", "storage_key", "storages", "numbers", "_slots", "_op", "_static")
+
+    def __init__(self, plan, args, kwargs):
+        self._op = plan.op
+        self._static = plan.lowering.static_numbers
+        self._slots = {}  # storage id -> slot
+        self.storages = []  # (Buffer, nbytes) of each distinct storage, by slot
+        self.numbers = []  # every dynamic Python number, in order
+        self.arg_key = tuple(self._describe(a) for a in args)
+        self.kw_key = tuple((k, self._describe(v)) for k, v in kwargs.items())
+        self.storage_key = tuple((buf.layout, buf.storage_dtype, nbytes) for buf, nbytes in self.storages)
+        self.key = (plan.op, self.arg_key, self.kw_key, self.storage_key, precision.current())
+
+    def _describe(self, value):
+        """A hashable description of one argument; records its dynamic parts."""
+        if isinstance(value, _Tensor):
+            storage = value.untyped_storage()
+            buffer = tensor.storage_buffer(storage)
+            if buffer is None:
+                if value.device.type == "tpu":  # a storage C++ re-wrapped around our address
+                    buffer = tensor.buffer_of(value)
+                else:
+                    value = tensor.device_operand(value, self._op._schema.name,
+                                                  self._op._schema.name in HOST_INDEX_OPS)
+                    storage = value.untyped_storage()
+                    buffer = tensor.storage_buffer(storage)
+            slot = self._slots.get(storage._cdata)
+            if slot is None:
+                slot = self._slots[storage._cdata] = len(self.storages)
+                self.storages.append((buffer, storage.nbytes()))
+            lazy = (value.is_conj(), value.is_neg()) if value.dtype.is_complex else (False, False)
+            return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype, lazy)
+        if isinstance(value, (list, tuple)):
+            return tuple(self._describe(v) for v in value)
+        if isinstance(value, _DYNAMIC_NUMBERS) and not self._static:
+            self.numbers.append(value)
+            return NumberRef(type(value))
+        if isinstance(value, torch.Generator):
+            return GeneratorRef()
+        if type(value) in (bool, float):
+            return ConstRef(type(value), value)
+        return value
+
+
+def tensor_refs(desc) -> list:
+    """Every TensorRef in a (nested) argument description."""
+    if type(desc) is TensorRef:
+        return [desc]
+    if type(desc) is tuple:
+        return [ref for sub in desc for ref in tensor_refs(sub)]
+    return []

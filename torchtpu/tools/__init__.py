@@ -1,0 +1,1 @@
+"""User-level programs on top of torchtpu: the ``torchtpu`` command (``cli``) and the demo."""
