@@ -295,7 +295,7 @@ def test_debug_mode_blocks_on_every_op():
 
     with torch.tpu.eager_mode(DEBUG):
         y = torch.ones(128, 128, device="tpu") @ torch.ones(128, 128, device="tpu")
-        assert tensor.buffer_of(y)._value.is_ready()
+        assert tensor.buffer_of(y).value.is_ready()
 
 
 def test_debug_checks_name_the_op_and_the_users_line():

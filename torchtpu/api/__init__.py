@@ -13,11 +13,6 @@ import types
 
 from .public_api import PUBLIC_API, PUBLIC_SUBMODULES, PYTORCH_PROTOCOL
 
-# Submodules whose functions user code calls inside torch.compile'd functions:
-# Dynamo traces them (the rest of torchtpu is on its skip list).
-TRACEABLE_MODULES = ("bucketing", "pallas")
-
-
 def build_module() -> types.ModuleType:
     """A fresh ``torch.tpu`` module with the public names and PyTorch's protocol names."""
     module = types.ModuleType("torch.tpu", "torchtpu's device module: torch.cuda's API for the tpu device.")

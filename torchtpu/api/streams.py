@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from .device import _index, synchronize
+from ..runtime.device import index_of as _index
+from .device import synchronize
 
 class Stream:
     """XLA orders a device's work itself; a stream is an ordering handle with CUDA's API.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import pathlib
+import pkgutil
 import time
 import warnings
 from typing import NamedTuple
@@ -19,22 +21,25 @@ from ..ops import decompositions
 from ..runtime import caches, compile_cache, context, metrics, precision, rng
 
 
+# What Dynamo may trace into: user-level programs (tools, integrations) and the
+# helpers of torch.tpu that compiled user code calls (pallas's op wrappers, bucketing).
+TRACEABLE = ("tools", "integrations", "api.pallas", "api.bucketing")
+
+
 def runtime_modules() -> list[str]:
     """torchtpu's runtime, which Dynamo must not trace into: our kernels run in eager
     mode between graphs (the backward after a graph break, say), and their frames
-    are ours, not the user's.  That is every layer but ``tools`` and ``integrations``
-    (user-level programs), and the user-facing helpers of ``api`` (pallas's op
-    wrappers, bucketing), which a compiled function may call."""
-    import pkgutil
-
-    import torchtpu
-    from torchtpu import api
-
-    user_level = {"tools", "integrations", "api"}
-    layers = [f"torchtpu.{m.name}" for m in pkgutil.iter_modules(torchtpu.__path__) if m.name not in user_level]
-    api_runtime = [f"torchtpu.api.{m.name}" for m in pkgutil.iter_modules(api.__path__)
-                   if m.name not in api.TRACEABLE_MODULES]
-    return layers + api_runtime + ["jax", "jaxlib"]
+    are ours, not the user's.  That is every module and package of torchtpu but
+    ``TRACEABLE``, found from the package's files (importing ``api`` here would
+    reach above this layer)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = []
+    for package in ("", "api"):
+        for module in pkgutil.iter_modules([str(root / package)]):
+            name = f"{package}.{module.name}".lstrip(".")
+            if name != "api" and name not in TRACEABLE and not name.startswith("_"):
+                names.append(f"torchtpu.{name}")
+    return names + ["jax", "jaxlib"]
 
 
 def _skip_our_frames() -> None:

@@ -17,7 +17,7 @@ from jax.scipy import linalg as jsl
 
 from ..runtime import precision
 from .common import is_complex, is_integer
-from .reduction import _accumulator
+from .reduction import accumulator
 from .registry import aten, lower
 
 
@@ -27,7 +27,7 @@ from .registry import aten, lower
 def _product(subscripts, *operands):
     """An einsum at the selected precision, in the dtype CPU accumulates in."""
     dtype = jnp.result_type(*operands)
-    accumulate = dtype if is_integer(jnp.zeros((), dtype)) else _accumulator(dtype)
+    accumulate = dtype if is_integer(jnp.zeros((), dtype)) else accumulator(dtype)
     operands = [o.astype(accumulate) for o in operands]
     return jnp.einsum(subscripts, *operands, precision=precision.matmul(), preferred_element_type=accumulate)
 
@@ -108,7 +108,7 @@ def addr(x, vec1, vec2, *, beta=1, alpha=1):
 
 @lower(aten.trace.default)
 def trace(x):
-    dtype = _accumulator(x.dtype)
+    dtype = accumulator(x.dtype)
     return jnp.sum(jnp.diagonal(x).astype(dtype))
 
 
@@ -225,7 +225,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 
 @lower(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(A):
-    compute = _accumulator(A.dtype)
+    compute = accumulator(A.dtype)
     return jsl.expm(A.astype(compute)).astype(A.dtype)
 
 

@@ -36,7 +36,7 @@ def _axis(x, dim):
     return canonical_dim(dim, x.ndim)
 
 
-def _accumulator(dtype):
+def accumulator(dtype):
     """The dtype CPU accumulates ``dtype`` in."""
     dtype = jnp.dtype(dtype)
     if dtype in _HALF_TYPES:
@@ -50,7 +50,7 @@ def _cast_for_sum(x, dtype):
     """``x`` in the dtype a sum-like op accumulates it in (``dtype=`` wins)."""
     if dtype is not None:
         x = x.astype(dtypes.to_jax(dtype))
-    return x.astype(_accumulator(x.dtype))
+    return x.astype(accumulator(x.dtype))
 
 
 def _count(x, axes):
@@ -137,7 +137,7 @@ def all_(x, dim=None, keepdim=False):
 def _var(x, dim, correction, keepdim):
     """Variance with Bessel-style ``correction``; divides by max(0, N - correction) like CPU."""
     axes = _axes(x, dim)
-    x = x.astype(_accumulator(x.dtype)) if is_float(x) or is_complex(x) else x.astype(jnp.float32)
+    x = x.astype(accumulator(x.dtype)) if is_float(x) or is_complex(x) else x.astype(jnp.float32)
     n = _count(x, axes)
     mean_ = jnp.sum(x, axis=axes, keepdims=True) / n
     deviation = x - mean_
@@ -280,7 +280,7 @@ def _float_compute(x):
     """Integers reduce as float32 (their result type); half types as float32."""
     if is_integer(x):
         return x.astype(jnp.float32)
-    return x.astype(_accumulator(x.dtype))
+    return x.astype(accumulator(x.dtype))
 
 
 @lower(aten.logsumexp.default)
@@ -399,7 +399,7 @@ lower(aten.cummin.default)(_running_extreme(jnp.less_equal))
 
 def _softmax_input(x, dim):
     scalar = x.ndim == 0
-    x = x.astype(_accumulator(x.dtype))
+    x = x.astype(accumulator(x.dtype))
     return (x.reshape(1), 0) if scalar else (x, _axis(x, dim))
 
 
