@@ -45,9 +45,10 @@ def compile_cache_stats() -> dict:
 
 
 def snapshot() -> dict:
-    """Every counter, as plain dicts, plus the totals a dashboard wants first."""
+    """A copy of every counter, plus the totals a dashboard wants first."""
     with _lock:
-        result = {name: dict(counter) for name, counter in _COUNTERS.items()}
+        # Copies that still answer 0 for a key never counted, as the live counters do.
+        result = {name: collections.Counter(counter) for name, counter in _COUNTERS.items()}
     result["compile_cache"] = compile_cache_stats()
     result["totals"] = {
         "programs_compiled": sum(compiles.values()),
