@@ -26,6 +26,8 @@ from . import dtypes, tensor
 
 
 class Program:
+    """A pure jax function of ``dynamic`` values and what its launcher and wrapper need to know."""
+
     __slots__ = ("name", "pure", "_jitted", "out_metas", "written_layouts", "written_dtypes", "fresh_outputs", "traced",
                  "checked_numbers")
 
