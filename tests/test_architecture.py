@@ -174,7 +174,7 @@ get_max_fused_ops get_precision get_rng_state get_rng_state_all graph_break_stat
 is_available is_initialized manual_seed manual_seed_all max_memory_allocated max_memory_reserved mem_get_info
 memory_allocated memory_reserved memory_stats metrics pad_to_bucket pallas precision reset_metrics
 reset_peak_memory_stats seed seed_all set_device set_eager_mode set_max_fused_ops set_rng_state
-set_rng_state_all set_stream stream synchronize
+set_rng_state_all set_stream stream StreamContext synchronize
 """.split()
 
 

@@ -145,6 +145,21 @@ def test_streams_are_ordering_handles():
         assert torch.tpu.current_stream() is default
 
 
+def test_stream_context_like_cuda():
+    """torch.get_device_module("tpu").StreamContext, as SGLang's scheduler uses it."""
+    module = torch.get_device_module("tpu")
+    default, s = module.current_stream(), module.Stream()
+    with module.StreamContext(s) as entered:
+        assert entered is s and module.current_stream() is s
+        with module.StreamContext(None):
+            assert module.current_stream() is s
+    assert module.current_stream() is default
+    with pytest.raises(ValueError):
+        with module.StreamContext(s):
+            raise ValueError("inside")
+    assert module.current_stream() is default
+
+
 def test_events_and_elapsed_time():
     start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
     start.record()
@@ -226,6 +241,16 @@ def test_memory_stats_and_mem_get_info():
     assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"]
     free, total = torch.tpu.mem_get_info()
     assert 0 <= free <= total == torch.tpu.get_device_properties().total_memory
+
+
+def test_memory_stats_has_the_keys_training_loops_read():
+    """TorchTitan reads these CUDA keys after each step; they must be there and agree."""
+    x = torch.ones(1024, device="tpu")
+    stats = torch.tpu.memory_stats()
+    assert stats["active_bytes.all.peak"] == stats["allocated_bytes.all.peak"] >= x.numel() * 4
+    assert stats["reserved_bytes.all.peak"] >= stats["reserved_bytes.all.current"]
+    assert stats["reserved_bytes.all.peak"] == torch.tpu.max_memory_reserved()
+    assert (stats["num_alloc_retries"], stats["num_ooms"]) == (0, 0)
 
 
 # ---- precision and autocast ----------------------------------------------------------

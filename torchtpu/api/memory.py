@@ -46,10 +46,18 @@ def max_memory_reserved(device=None) -> int:
 
 
 def memory_stats(device=None) -> dict:
+    """CUDA's key names for the figures there are; "active" bytes are the allocated ones
+    (XLA frees a buffer when its last tensor dies), and nothing retries or runs out silently."""
+    allocated, peak = memory_allocated(device), max_memory_allocated(device)
     return {
-        "allocated_bytes.all.current": memory_allocated(device),
-        "allocated_bytes.all.peak": max_memory_allocated(device),
+        "allocated_bytes.all.current": allocated,
+        "allocated_bytes.all.peak": peak,
+        "active_bytes.all.current": allocated,
+        "active_bytes.all.peak": peak,
         "reserved_bytes.all.current": memory_reserved(device),
+        "reserved_bytes.all.peak": max_memory_reserved(device),
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
         "source": "pjrt" if runtime_memory_stats() else "torchtpu live-buffer accounting",
     }
 

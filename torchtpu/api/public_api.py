@@ -20,7 +20,7 @@ PUBLIC_API = {
         "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
         "get_rng_state_all", "set_rng_state_all",
     ),
-    "streams": ("Stream", "Event", "default_stream", "current_stream", "set_stream", "stream"),
+    "streams": ("Stream", "StreamContext", "Event", "default_stream", "current_stream", "set_stream", "stream"),
     "precision": ("Precision", "get_precision", "precision", "get_amp_supported_dtype"),
     "execution": (
         "EagerMode", "get_eager_mode", "set_eager_mode", "eager_mode", "debug_checks", "NonFiniteError",

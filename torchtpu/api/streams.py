@@ -7,7 +7,6 @@ stream program, waits are no-ops, and synchronize waits for all.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
@@ -97,14 +96,28 @@ def set_stream(s) -> None:
         stack.append(s)
 
 
-@contextlib.contextmanager
-def stream(s):
+class StreamContext:
+    """``with StreamContext(s):`` makes ``s`` the current stream inside the block (``torch.cuda.StreamContext``).
+
+    ``None`` leaves the current stream as it is."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        if self.stream is not None:
+            _stack().append(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            _stack().pop()
+        return False
+
+
+def stream(s) -> StreamContext:
     """Make ``s`` the current stream inside the block, like ``torch.cuda.stream``."""
-    if s is None:
-        yield
-        return
-    with s:
-        yield s
+    return StreamContext(s)
 
 
 class Event:
