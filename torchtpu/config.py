@@ -38,6 +38,13 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def _parse_index(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def _setting(default, parse, doc, aliases=()):
     return dataclasses.field(default=default, metadata={"parse": parse, "doc": doc, "aliases": aliases})
 
@@ -66,6 +73,14 @@ class Config:
         False, parse_flag, "Use the Pallas flash-attention kernel off TPU too (in Pallas' interpreter; for testing).")
     program_cache_size: int = _setting(
         8192, _parse_positive_int, "How many compiled programs each cache keeps before it evicts its oldest.")
+    chip: int = _setting(
+        0, _parse_index, "This process's chip: its tensors live on `tpu:<chip>` (one process per chip).",
+        aliases=("LOCAL_RANK",))
+    local_chips: int = _setting(
+        1, _parse_positive_int, "How many chips this host drives, one process each (`torch.tpu.device_count()`).",
+        aliases=("LOCAL_WORLD_SIZE",))
+    native: bool = _setting(
+        True, parse_flag, "Use the C++ extension (device guard, tensor factory) if it was built; off: `tpu:0` only.")
 
 
 def env_name(field: dataclasses.Field) -> str:

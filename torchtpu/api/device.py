@@ -1,8 +1,9 @@
 """``torch.tpu``'s device functions: what the device is, selecting it, waiting for it.
 
-We present one logical device, ``tpu:0``, whatever the number of chips:
-sharding spreads a tensor's data over chips, and ``device_count()`` stays 1,
-which is what PyTorch's Python device guard supports.
+One process drives one chip, named ``tpu:<chip>`` (``set_device``, or
+torchrun's ``LOCAL_RANK``); ``device_count()`` is the number of chips on the
+host, one per process (torchrun's ``LOCAL_WORLD_SIZE``, else 1).  Within a
+process, several chips are one device whose tensors are sharded.
 """
 
 from __future__ import annotations
@@ -33,22 +34,23 @@ def _lazy_init() -> None:
 
 
 def device_count() -> int:
-    return 1
+    return runtime_device.count()
 
 
 def current_device() -> int:
-    return 0
+    return runtime_device.chip()
 
 
 _index = runtime_device.index_of
 
 
 def set_device(device) -> None:
-    _index(device)
+    """Name this process's chip (``torch.tpu.set_device(LOCAL_RANK)``), before its first tpu tensor."""
+    runtime_device.set_chip(device)
 
 
 class device:
-    """Context manager that selects a tpu device (only tpu:0 exists)."""
+    """Context manager that selects a tpu device: this process's chip (the others belong to other processes)."""
 
     def __init__(self, device):
         self.idx = _index(device)

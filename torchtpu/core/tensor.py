@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from ..runtime import context, memory
-from ..runtime.device import TORCH_DEVICE
+from ..runtime import context, memory, native
+from ..runtime import device as runtime_device
 from . import dtypes
 
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
@@ -203,10 +203,16 @@ def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tenso
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     nbytes = (offset + extent) * dtype.itemsize if extent else 0
     address = _next_address(nbytes)
-    storage = torch._C._construct_storage_from_data_pointer(address, TORCH_DEVICE, nbytes)
+    device = runtime_device.TORCH_DEVICE
+    runtime_device.claimed = True
+    if native.module is not None:
+        t = native.module.empty_at(address, nbytes, size, stride, offset, dtype, device.index)
+        storage = t.untyped_storage()
+    else:  # pure Python: three calls, and index 0 only
+        storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
+        t = torch._C._acc.create_empty_tensor((0,), dtype)
+        _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
     storage._tpu_buffer = _buffers_by_address[address] = Buffer()
-    t = torch._C._acc.create_empty_tensor((0,), dtype)
-    _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
     return t
 
 

@@ -8,7 +8,7 @@ from torch._C import DispatchKey, DispatchKeySet
 from ..core import tensor
 from ..eager import executor
 from ..runtime import metrics
-from ..runtime.device import TORCH_DEVICE
+from ..runtime import device as runtime_device
 
 aten = torch.ops.aten
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
@@ -38,6 +38,8 @@ def metadata_kernel(op):
 def _check_tpu_device(device):
     if device is not None and torch.device(device).type not in ("tpu", "privateuseone"):
         raise RuntimeError(f"torchtpu: expected a tpu device, got {device}")
+    if device is not None:
+        runtime_device.index_of(device)  # this process's chip, not another process's
 
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -113,7 +115,8 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     meta = aten._to_copy.default(like, dtype=dtype, memory_format=memory_format)
     target = self.device if device is None else torch.device(device)
     if target.type == "tpu":
-        target = TORCH_DEVICE
+        runtime_device.index_of(target)
+        target = runtime_device.TORCH_DEVICE
     out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=target)
     return copy_(out, self)
 

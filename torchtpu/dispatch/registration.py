@@ -15,6 +15,7 @@ import torch.utils.backend_registration as backend_registration
 
 from ..eager import executor, plan
 from ..ops.registry import LOWERINGS, NAMESPACE
+from ..runtime import device as runtime_device
 from . import attention, autocast, fallback, kernels
 
 aten = torch.ops.aten
@@ -43,6 +44,8 @@ def register_device(device_module) -> None:
     backend_registration._setup_privateuseone_for_python_backend(
         "tpu", device_module, Hooks(), DeviceGuard()
     )
+    # Then the C++ guard, where built, replaces the Python one: it can name tpu:k for k > 0.
+    runtime_device.install_guard()
 
 
 def _lowered_overloads():

@@ -18,6 +18,7 @@ import torch
 
 from ..core import dtypes, tensor
 from ..runtime import caches, context, metrics, rng
+from ..runtime import device as runtime_device
 from . import parity
 from .build import build, flat_results
 from .key import HOST_INDEX_OPS, Call
@@ -40,6 +41,8 @@ def run(plan: Plan, args, kwargs):
     call = Call(plan, args, kwargs)
     program = PROGRAMS.get(call.key)
     if program is None:
+        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "tpu":
+            runtime_device.index_of(kwargs["device"])  # a factory: this process's chip, not another's
         if plan.kind == "inplace" and parity.resizes_self(plan, args, kwargs):
             return parity.run_as_out(plan, args, kwargs)
         metas = parity.checked_metas(plan, args, kwargs)

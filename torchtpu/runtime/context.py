@@ -32,19 +32,22 @@ class Launcher(Protocol):
 
 
 class ExecutionContext:
-    __slots__ = ("device", "launcher", "precision")
+    __slots__ = ("launcher", "precision")
 
-    def __init__(self, torch_device):
-        self.device = torch_device
+    def __init__(self):
         self.launcher: Launcher | None = None  # installed by eager.modes at import
         self.precision = "highest"
+
+    @property
+    def device(self) -> "torch.device":
+        return device.TORCH_DEVICE  # this process's chip: set_device may rename it before the first tensor
 
     def flush(self, cause: str | None = None) -> None:
         if self.launcher is not None:
             self.launcher.flush(cause)
 
 
-_current = ExecutionContext(device.TORCH_DEVICE)
+_current = ExecutionContext()
 
 
 def current() -> ExecutionContext:

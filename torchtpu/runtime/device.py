@@ -1,10 +1,16 @@
-"""The chips this process drives, found through JAX, and how to name them.
+"""The chip this process drives, found through JAX, and how PyTorch names it.
 
-One process drives one logical device, ``tpu:0``, backed by the process's
-local PJRT devices (``jax.local_devices()``): a TPU where ``libtpu`` is
-installed, a GPU through JAX's CUDA plugin, else XLA's CPU backend.
-Discovery is lazy: it starts a PJRT client, which ``import torchtpu`` must
-not pay for.
+One process drives one chip, as with torchrun and CUDA: its tensors live on
+``tpu:<chip>``, where the chip is ``torch.tpu.set_device``'s argument
+(torchrun's ``LOCAL_RANK`` by default), and the other indices below
+``device_count()`` name the chips of the other processes on the host.  The
+chip is backed by the process's local PJRT devices (``jax.local_devices()``):
+a TPU where ``libtpu`` is installed, a GPU through JAX's CUDA plugin, else
+XLA's CPU backend.  Discovery is lazy: it starts a PJRT client, which
+``import torchtpu`` must not pay for.
+
+Naming ``tpu:k`` for k > 0 needs the C++ device guard (``runtime/native``);
+without it the only name is ``tpu:0``.
 """
 
 from __future__ import annotations
@@ -14,23 +20,96 @@ import functools
 import jax
 import torch
 
-# The torch device every tpu tensor of this process lives on.
+from .. import config
+from . import native
+
+# The torch device every tpu tensor of this process lives on; set_chip changes it.
 TORCH_DEVICE = torch.device("tpu", 0)
+_count = 1
+# Whether a tensor was made on TORCH_DEVICE: after that the chip is fixed.
+claimed = False
+
+
+def count() -> int:
+    return _count
+
+
+def chip() -> int:
+    return TORCH_DEVICE.index
+
+
+def _configure(chip_index: int, local_chips: int) -> None:
+    """Name this process's chip at import, from the settings (torchrun's environment)."""
+    global _count
+    if native.module is None:
+        return  # tpu:0 only; set_device(LOCAL_RANK) is still accepted as "this process's chip"
+    _count = max(local_chips, chip_index + 1)
+    native.module.set_device_count(_count)
+    _set(chip_index)
+
+
+def _set(index: int) -> None:
+    global TORCH_DEVICE
+    native.module.set_process_device(index)
+    TORCH_DEVICE = torch.device("tpu", index)
+
+
+def install_guard() -> None:
+    """Make the C++ guard PrivateUse1's (after torch's registration installed the Python one)."""
+    if native.module is not None:
+        native.module.install_guard()
+        _configure(config.current.chip, config.current.local_chips)
+
+
+def set_chip(device) -> None:
+    """``torch.tpu.set_device``: name this process's chip; only before its first tensor."""
+    index = _requested_index(device)
+    if index == chip():
+        return
+    if native.module is None:
+        if index == config.current.chip:
+            return  # torchrun's LOCAL_RANK is this process's chip, named tpu:0 here
+        raise RuntimeError(_no_extension(index))
+    _check_range(index)
+    if claimed:
+        raise RuntimeError(
+            f"torch.tpu.set_device({index}): this process already has tensors on {TORCH_DEVICE}; one process "
+            f"drives one chip, so select it before creating tpu tensors")
+    _set(index)
+
+
+def _requested_index(device) -> int:
+    if device is None:
+        return chip()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "tpu":
+        raise ValueError(f"expected a tpu device, got {device}")
+    return chip() if device.index is None else device.index
+
+
+def _check_range(index: int) -> None:
+    if not 0 <= index < _count:
+        raise RuntimeError(f"tpu: invalid device index {index}: this host has {_count} tpu device(s) "
+                           f"(one per process; torchrun's LOCAL_WORLD_SIZE)")
+
+
+def _no_extension(index: int) -> str:
+    return (f"tpu:{index} needs torchtpu's C++ extension, which is not built or is disabled "
+            f"(TORCHTPU_NATIVE=0); without it this process's chip is named tpu:0")
 
 
 def index_of(device) -> int:
     """The index of a tpu device given as None, an int, a string or a torch.device; it must be ours."""
-    if device is None:
-        return TORCH_DEVICE.index
-    if isinstance(device, int):
-        index = device
-    else:
-        device = torch.device(device)
-        if device.type != "tpu":
-            raise ValueError(f"expected a tpu device, got {device}")
-        index = device.index or 0
-    if index != TORCH_DEVICE.index:
-        raise RuntimeError(f"torchtpu presents one logical device, tpu:0; got tpu:{index}")
+    index = _requested_index(device)
+    if index != chip():
+        if native.module is None and index > 0:
+            raise RuntimeError(_no_extension(index))
+        _check_range(index)
+        raise RuntimeError(
+            f"tpu:{index} is another process's chip: this process drives {TORCH_DEVICE} (one process per "
+            f"chip; select it with torch.tpu.set_device or torchrun's LOCAL_RANK)")
     return index
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.serialization
 
 from ...core import tensor
-from ...runtime.device import TORCH_DEVICE, index_of
+from ...runtime import device as runtime_device
 
 _PRIORITY = 19  # before PyTorch's generic PrivateUse1 entry (23), whose restore crashes
 _StorageBase = torch.storage._StorageBase
@@ -49,12 +49,12 @@ def storage_from_host(host: torch.UntypedStorage) -> torch.UntypedStorage:
 
 def clone_tpu_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
     """A new tpu storage with a copy of a tpu storage's bytes (no host round trip)."""
-    as_bytes = torch.empty((0,), dtype=torch.uint8, device=TORCH_DEVICE).set_(storage)
+    as_bytes = torch.empty((0,), dtype=torch.uint8, device=runtime_device.TORCH_DEVICE).set_(storage)
     return as_bytes.clone().untyped_storage()
 
 
 def to_tpu(storage: torch.UntypedStorage, device=None) -> torch.UntypedStorage:
-    index_of(device)  # only tpu:0 exists
+    runtime_device.index_of(device)  # this process's chip
     if storage.device.type == "tpu":
         return storage
     return storage_from_host(storage.cpu())
@@ -71,7 +71,8 @@ def _tag(storage):
 
 def _restore(storage, location: str):
     if location == "tpu" or location.startswith("tpu:"):
-        return to_tpu(storage, location)
+        # Onto this process's chip, whichever rank saved it: one process drives one chip.
+        return to_tpu(storage)
     return None
 
 

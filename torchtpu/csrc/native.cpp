@@ -1,0 +1,127 @@
+// torchtpu's native part: what pure Python cannot do on torch 2.13.
+//
+//  * A PrivateUse1 device guard whose current index is settable.  The Python
+//    guard torch offers always reports index 0 and one device, so `tpu:k`
+//    (k > 0) could not exist: one process per chip needs its chip to be named
+//    `tpu:LOCAL_RANK`, as CUDA programs name theirs.
+//  * A factory for an empty tpu tensor on a given index over torchtpu's fake,
+//    non-owning data pointer (torchtpu keeps the data in a jax array attached
+//    to the storage).  It also replaces three Python calls per new tensor.
+//
+// Everything else (kernels, storage contents) stays in Python.
+#include <atomic>
+#include <limits>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/utils/pybind.h>  // casters for at::Tensor and at::ScalarType
+
+namespace {
+
+using c10::Device;
+using c10::DeviceIndex;
+using c10::DeviceType;
+using c10::Stream;
+constexpr DeviceType kTpu = DeviceType::PrivateUse1;
+
+// The process's chip (torch.tpu.set_device) plus a per-thread override, as
+// CUDA's current device is per thread: the autograd engine's worker threads
+// call setDevice(i) for every i < deviceCount(), which must not move the
+// main thread.
+std::atomic<DeviceIndex> process_device{0};
+std::atomic<DeviceIndex> device_count{1};
+thread_local DeviceIndex thread_device = -1;
+
+DeviceIndex current() {
+  return thread_device >= 0 ? thread_device : process_device.load(std::memory_order_relaxed);
+}
+
+void check_index(int64_t index) {
+  TORCH_CHECK(index >= 0 && index < device_count.load(), "tpu: invalid device index ", index,
+              " (this host has ", int(device_count.load()), " tpu device(s))");
+}
+
+struct TpuGuard final : public c10::impl::DeviceGuardImplInterface {
+  DeviceType type() const override { return kTpu; }
+  Device exchangeDevice(Device d) const override {
+    Device old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  Device getDevice() const override { return Device(kTpu, current()); }
+  void setDevice(Device d) const override {
+    TORCH_CHECK(d.type() == kTpu, "tpu device guard: expected a tpu device, got ", d);
+    if (d.index() < 0) return;  // "tpu" without an index: keep the current one
+    check_index(d.index());
+    thread_device = d.index();
+  }
+  void uncheckedSetDevice(Device d) const noexcept override {
+    if (d.index() >= 0) thread_device = d.index();
+  }
+  Stream getStream(Device d) const override { return Stream(Stream::DEFAULT, d); }
+  Stream getNewStream(Device d, int /*priority*/) const override { return Stream(Stream::DEFAULT, d); }
+  Stream exchangeStream(Stream s) const override { return Stream(Stream::DEFAULT, s.device()); }
+  DeviceIndex deviceCount() const noexcept override { return device_count.load(); }
+  // torchtpu orders device work itself (by data dependence in XLA), so the
+  // stream and event hooks have nothing to do; their defaults would throw.
+  void record(void**, const Stream&, const DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const DeviceIndex) const noexcept override {}
+  bool queryStream(const Stream&) const override { return true; }
+  void synchronizeStream(const Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const DeviceIndex) const override {}
+};
+
+TpuGuard guard;  // static lifetime: the registry keeps a raw pointer
+
+// registerDeviceGuard stores the pointer, so this also replaces the Python
+// guard torch's backend registration installed.
+void install_guard() { c10::impl::registerDeviceGuard(kTpu, &guard); }
+
+bool guard_installed() {
+  return c10::impl::hasDeviceGuardImpl(kTpu) && c10::impl::getDeviceGuardImpl(kTpu) == &guard;
+}
+
+void set_device_count(int64_t n) {
+  TORCH_CHECK(n >= 1 && n <= std::numeric_limits<DeviceIndex>::max(), "tpu: bad device count ", n);
+  device_count.store(static_cast<DeviceIndex>(n));
+}
+
+void set_process_device(int64_t index) {
+  check_index(index);
+  process_device.store(static_cast<DeviceIndex>(index));
+  thread_device = static_cast<DeviceIndex>(index);
+}
+
+int64_t current_device() { return current(); }
+
+// An empty tpu tensor over `nbytes` at the fake `address` on tpu:index.  The
+// DataPtr owns nothing: torchtpu frees the jax array when the storage dies.
+at::Tensor empty_at(int64_t address, int64_t nbytes, std::vector<int64_t> size, std::vector<int64_t> stride,
+                    int64_t offset, at::ScalarType dtype, int64_t index) {
+  TORCH_CHECK(size.size() == stride.size(), "tpu: size and stride differ in length");
+  const Device device(kTpu, static_cast<DeviceIndex>(index));
+  c10::DataPtr data(reinterpret_cast<void*>(address), device);
+  c10::Storage storage(c10::Storage::use_byte_size_t{}, static_cast<size_t>(nbytes), std::move(data),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride, offset);
+  return t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.def("install_guard", &install_guard, "make the settable C++ guard PrivateUse1's device guard");
+  m.def("guard_installed", &guard_installed);
+  m.def("set_device_count", &set_device_count);
+  m.def("set_process_device", &set_process_device);
+  m.def("current_device", &current_device);
+  m.def("empty_at", &empty_at);
+}
