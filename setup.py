@@ -5,7 +5,12 @@ cannot be built (no compiler), torchtpu installs without it and runs with
 one device index, tpu:0 (docs/distributed.md).
 """
 
+import os
+
 from setuptools import setup
+
+# torch would import the torchtpu being rebuilt (its backend entry point), with a stale extension.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 setup(

@@ -49,8 +49,12 @@ def to_torch(dtype) -> torch.dtype:
 
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A host tensor as a numpy array of the matching dtype (bfloat16 included)."""
-    t = t.detach().resolve_conj().resolve_neg()
+    """A copy of a host tensor's values as a C-ordered numpy array of the matching dtype (bfloat16 included).
+
+    A copy, not ``t.numpy()``: numpy() marks the tensor's storage as not
+    resizable, which would leak into the caller's tensor.
+    """
+    t = t.detach().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()

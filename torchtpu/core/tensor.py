@@ -216,6 +216,41 @@ def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tenso
     return t
 
 
+def resize_storage(storage, nbytes: int) -> int | None:
+    """``UntypedStorage.resize_`` of a tpu storage (FSDP2 frees and refills parameters so).
+
+    The same storage keeps its Buffer, so every view of it stays valid: 0
+    bytes releases the device array, growing keeps the bytes (the new tail
+    reads as zeros), shrinking keeps the prefix.  Returns the storage's new
+    fake address (the native hook then sets it and the size), or None when
+    the size does not change.
+    """
+    old_nbytes = storage.nbytes()
+    if nbytes == old_nbytes:
+        return None
+    buf = storage_buffer(storage) or _buffers_by_address.get(storage.data_ptr())
+    if buf is None:
+        raise RuntimeError("torchtpu: resize_ of a tpu storage torchtpu did not make")
+    value, layout = buf.value, buf.layout
+    if nbytes == 0 or value is None:
+        value, layout = None, None
+    elif nbytes < old_nbytes:
+        value, layout = _prefix(buf.array, layout, nbytes, old_nbytes)
+    address = _next_address(nbytes)
+    _buffers_by_address.pop(storage.data_ptr(), None)
+    _buffers_by_address[address] = buf
+    buf.set(value, layout)
+    return address
+
+
+def _prefix(array, layout, nbytes: int, old_nbytes: int):
+    """The first ``nbytes`` of a storage's array, flat (as bytes if they split an element)."""
+    dtype = array.dtype if nbytes % array.dtype.itemsize == 0 else jnp.dtype(jnp.uint8)
+    flat = ((nbytes // dtype.itemsize,), (1,), 0)
+    with x64():
+        return _reader(layout, flat, dtype, old_nbytes)(array), flat
+
+
 def from_array(array: jax.Array, dtype: torch.dtype | None = None, stride=None) -> torch.Tensor:
     """Wrap a jax array as a new tpu tensor that owns it."""
     dtype = dtypes.to_torch(array.dtype) if dtype is None else dtype
@@ -432,9 +467,9 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
 
 def from_host(cpu: torch.Tensor) -> torch.Tensor:
     """A new tpu tensor holding a copy of a host tensor (contiguous)."""
-    # On the CPU platform device_put may alias a suitably aligned numpy buffer;
-    # hand it a private copy so later writes to the host tensor cannot leak in.
-    host = np.array(dtypes.torch_to_numpy(cpu), copy=True, order="C")
+    # On the CPU platform device_put may alias a suitably aligned numpy buffer:
+    # torch_to_numpy's is a private copy, so later writes to the host tensor cannot leak in.
+    host = dtypes.torch_to_numpy(cpu)
     with x64():
         array = jax.device_put(host)
     return from_array(array, cpu.dtype)

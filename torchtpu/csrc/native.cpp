@@ -4,6 +4,9 @@
 //    guard torch offers always reports index 0 and one device, so `tpu:k`
 //    (k > 0) could not exist: one process per chip needs its chip to be named
 //    `tpu:LOCAL_RANK`, as CUDA programs name theirs.
+//  * PrivateUse1 hooks whose resizePrivateUse1Bytes resizes a storage in place
+//    (UntypedStorage.resize_: FSDP2 frees and refills parameters so).  torch's
+//    Python hooks cannot implement it, and hooks can be registered only once.
 //  * A factory for an empty tpu tensor on a given index over torchtpu's fake,
 //    non-owning data pointer (torchtpu keeps the data in a jax array attached
 //    to the storage).  It also replaces three Python calls per new tensor.
@@ -14,7 +17,9 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Storage.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/utils/pybind.h>  // casters for at::Tensor and at::ScalarType
@@ -100,6 +105,41 @@ void set_process_device(int64_t index) {
 
 int64_t current_device() { return current(); }
 
+// Python's resize_storage(storage, nbytes) -> new fake address or None.  It
+// owns the device data; this side sets the storage's size and pointer.
+// Leaked on purpose: it must outlive the interpreter's teardown.
+pybind11::object* resize_callback = nullptr;
+
+struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    // resize_ passes its int argument as size_t: -1 arrives as 2**64 - 1
+    TORCH_CHECK(static_cast<int64_t>(nbytes) >= 0, "tpu: storage resize_ to a negative size (",
+                static_cast<int64_t>(nbytes), ")");
+    pybind11::gil_scoped_acquire gil;
+    TORCH_CHECK(resize_callback != nullptr, "tpu: torchtpu did not install its storage resize");
+    pybind11::object address = (*resize_callback)(pybind11::cast(storage), nbytes);
+    if (address.is_none()) return;
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    impl->set_data_ptr_noswap(c10::DataPtr(reinterpret_cast<void*>(address.cast<int64_t>()), storage.device()));
+    impl->set_nbytes(nbytes);
+  }
+};
+
+TpuHooks hooks;  // static lifetime, as the guard
+
+// Hooks can be registered once per process: before torch's backend
+// registration, whose Python hooks are then ignored.
+bool install_hooks(pybind11::object resize) {
+  if (resize_callback == nullptr) resize_callback = new pybind11::object();
+  *resize_callback = std::move(resize);
+  if (at::isPrivateUse1HooksRegistered()) return &at::detail::getPrivateUse1Hooks() == &hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+  return true;
+}
+
 // An empty tpu tensor over `nbytes` at the fake `address` on tpu:index.  The
 // DataPtr owns nothing: torchtpu frees the jax array when the storage dies.
 at::Tensor empty_at(int64_t address, int64_t nbytes, std::vector<int64_t> size, std::vector<int64_t> stride,
@@ -118,8 +158,10 @@ at::Tensor empty_at(int64_t address, int64_t nbytes, std::vector<int64_t> size, 
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
+  m.attr("API_VERSION") = 2;  // runtime/native.py refuses a stale build
   m.def("install_guard", &install_guard, "make the settable C++ guard PrivateUse1's device guard");
   m.def("guard_installed", &guard_installed);
+  m.def("install_hooks", &install_hooks, "register the PrivateUse1 hooks, storage resize included");
   m.def("set_device_count", &set_device_count);
   m.def("set_process_device", &set_process_device);
   m.def("current_device", &current_device);

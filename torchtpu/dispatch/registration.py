@@ -15,7 +15,9 @@ import torch.utils.backend_registration as backend_registration
 
 from ..eager import executor, plan
 from ..ops.registry import LOWERINGS, NAMESPACE
+from ..core import tensor
 from ..runtime import device as runtime_device
+from ..runtime import native
 from . import attention, autocast, fallback, kernels
 
 aten = torch.ops.aten
@@ -41,6 +43,8 @@ class DeviceGuard(torch._C._acc.DeviceGuard):
 def register_device(device_module) -> None:
     if torch._C._get_privateuse1_backend_name() == "tpu" and hasattr(torch, "tpu"):
         return
+    if native.module is not None:  # first: hooks register once, and ours resize storages
+        native.module.install_hooks(tensor.resize_storage)
     backend_registration._setup_privateuseone_for_python_backend(
         "tpu", device_module, Hooks(), DeviceGuard()
     )

@@ -9,17 +9,25 @@ process has one device name, ``tpu:0`` (docs/distributed.md).
 from __future__ import annotations
 
 import importlib
+import warnings
 
 from .. import config
+
+API_VERSION = 2  # csrc/native.cpp's; a build of older sources is ignored
 
 
 def _load():
     if not config.current.native:
         return None
     try:  # a compiled module that imports nothing of ours: it sits below every layer
-        return importlib.import_module("torchtpu._native")
+        module = importlib.import_module("torchtpu._native")
     except ImportError:
         return None
+    if getattr(module, "API_VERSION", None) != API_VERSION:
+        warnings.warn("torchtpu: the C++ extension was built from older sources and is ignored; "
+                      "reinstall torchtpu (pip install -e .) to rebuild it")
+        return None
+    return module
 
 
 module = _load()
