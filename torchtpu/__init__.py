@@ -25,6 +25,7 @@ from . import api as _api  # noqa: E402
 from . import config  # noqa: E402,F401  (torchtpu.config: the settings)
 from .dispatch import patches as _patches  # noqa: E402
 from .dispatch import registration as _registration  # noqa: E402
+from . import distributed as _distributed  # noqa: E402
 from .eager import modes as _modes  # noqa: E402
 from .runtime import compile_cache as _compile_cache  # noqa: E402
 
@@ -35,3 +36,4 @@ _registration.register_kernels()
 _patches.install()  # Module.to, torch.accelerator's memory functions, storage serialization
 _modes.install()  # the eager mode the settings ask for
 _compile_cache.install()  # the disk cache, if the settings name one
+_distributed.register()  # the c10d backend "tpu" (no JAX work until a group is made)
