@@ -36,3 +36,12 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_losses(tmp_path)
     assert all("saved" in r.stdout for r in killed)
     resumed = launcher.run_ok([WORKER, directory, "resume"], nprocs=2, timeout=300)
     _all_passed(resumed, at_least=6)
+
+
+def test_the_fsdp2_example_trains_shards_and_saves(tmp_path):
+    results = launcher.run_ok(["docs/examples/fsdp2_train.py", str(tmp_path / "ckpt")], nprocs=2, timeout=240)
+    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", results[0].stdout)]
+    assert len(losses) == 4 and losses[-1] < losses[0] / 5, results[0].stdout
+    for r in results:
+        assert f"rank {r.rank} holds 16 of 32 values on tpu:{r.rank}" in r.stdout, r.stdout
+    assert (tmp_path / "ckpt" / ".metadata").exists()
