@@ -76,7 +76,10 @@ class CompiledGraph:
         self.gm = gm
         # Op by op instead: a graph of views only (no program needed), or one that cannot be traced.
         self.eager = fx.only_views(gm)
-        self.fn = fx.to_jax_function(gm)
+        # Collectives (torch.ops._c10d_functional.*): the graph is one SPMD program over the
+        # processes of its groups, planned by the handler distributed/ registers (graph/spmd.py).
+        self.spmd = fx.spmd_plan(gm)
+        self.fn = fx.to_jax_function(gm, self.spmd)
         self.mutated = fx.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)
         self.programs = caches.BoundedCache("compiled graph programs", 64)  # signature -> (executable, constants)
@@ -96,6 +99,8 @@ class CompiledGraph:
         launcher = context.current().launcher
         if launcher.defers and self._record_safe(args, inputs):
             return self._record(launcher, args, inputs)
+        if launcher.defers and self._spans_processes:  # the pending fused graph first; this one runs now
+            context.current().flush("compiled graph with collectives")
         arrays = [tensor.read(a) for a in inputs if isinstance(a, torch.Tensor)]
         donated = self._donatable(inputs, arrays)
         signature = (tuple("int" if self._runtime(a) else _signature(a) for a in inputs),
@@ -124,6 +129,10 @@ class CompiledGraph:
         results = iter(results)
         outputs = [next(results) if c is _ARRAY else c for c in constants]
         return [_wrap(o, meta) for o, meta in zip(outputs, self.out_metas)]
+
+    @property
+    def _spans_processes(self) -> bool:
+        return self.spmd is not None and self.spmd.spans_processes
 
     def _runtime(self, value) -> bool:
         return self.runtime_ints and type(value) is int
@@ -159,9 +168,18 @@ class CompiledGraph:
         donate = tuple(k for k, i in enumerate(order) if i in donated)
         start = time.perf_counter()
         with tensor.x64():
-            lowered = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers)
+            if self._spans_processes:  # one SPMD program: every process of the mesh runs it
+                sharded, count = self.spmd.shard(traced, arrays, numbers, f"{self.name} graph {signature}"), len(arrays)
+                lowered = jax.jit(sharded, donate_argnums=donate).lower(*sharded.to_global(arrays), *numbers)
+            else:
+                lowered = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers)
             compile_cache.dump(f"{self.name}-graph", lowered)
             program = lowered.compile()
+        if self._spans_processes:
+            executable = program
+
+            def program(*dynamic):
+                return sharded.to_local(executable(*sharded.to_global(dynamic[:count]), *dynamic[count:]))
         compile_cache.record_miss(time.perf_counter() - start)
         metrics.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
@@ -170,7 +188,13 @@ class CompiledGraph:
 
     def _record_safe(self, args, inputs) -> bool:
         """Whether the call can be deferred: every input it overwrites is a tpu tensor
-        with a storage of its own among the inputs (a CPU step count is a host write)."""
+        with a storage of its own among the inputs (a CPU step count is a host write),
+        and the graph has no collectives.  A graph with collectives is a program every
+        process of its mesh must launch together, at the same point of their streams of
+        work; it runs when called, after the pending fused graph (which keeps fusing
+        the work around it), instead of joining it."""
+        if self._spans_processes:  # an SPMD program runs now, in step with the other processes
+            return False
         storages = collections.Counter(a.untyped_storage()._cdata for a in inputs if isinstance(a, torch.Tensor))
         return all(args[i] is inputs[i] and storages[inputs[i].untyped_storage()._cdata] == 1 for i in self.mutated)
 

@@ -8,6 +8,7 @@ Registering costs nothing: JAX's runtime starts in the world group's creator.
 - ``collectives``: collectives as jax functions of one rank's block (any shard_map).
 - ``runtime``: starting ``jax.distributed``, group meshes, the program cache.
 - ``process_group``: ``TpuProcessGroup``, the c10d ``ProcessGroup``.
+- ``compiled``: functional collectives in ``torch.compile`` graphs, one program per graph.
 
 It sits above ``eager`` and ``compile`` (collectives are programs like any
 other) and below ``api``.  docs/distributed.md is the user's guide.
@@ -31,3 +32,6 @@ def register() -> None:
     if not dist.is_available() or BACKEND in dist.Backend.backend_type_map:
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=[BACKEND])
+    from . import compiled  # functional collectives inside compiled graphs (no JAX work)
+
+    compiled.register()

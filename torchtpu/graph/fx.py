@@ -24,6 +24,7 @@ from ..core import dtypes, tensor
 from ..core.program import conform
 from ..ops.registry import LOWERINGS
 from ..runtime import rng
+from . import spmd
 
 aten = torch.ops.aten
 
@@ -42,6 +43,16 @@ _UNINITIALIZED = {aten.empty.memory_format, aten.empty_strided.default, aten.emp
 
 class UnsupportedGraph(NotImplementedError):
     """The graph holds ops that no lowering covers."""
+
+
+# Copies into a graph input: AOTAutograd's in-place updates of inputs, and FSDP2's copy of the
+# all-gathered parameters into the unsharded parameter (``torch.ops.fsdp.copy_``, defined by
+# torch.distributed.fsdp, hence named here rather than looked up at import).
+_COPIES = ("aten::copy_", "fsdp::copy_")
+
+
+def _is_copy(op) -> bool:
+    return isinstance(op, torch._ops.OpOverload) and op._schema.name in _COPIES and op._overloadname == "default"
 
 
 def _copying_twin(op):
@@ -73,9 +84,11 @@ def unsupported_ops(gm: torch.fx.GraphModule) -> list[str]:
             if isinstance(op, torch._ops.HigherOrderOperator):
                 missing.add(str(op))
             continue
-        if op is aten.copy_.default:
+        if _is_copy(op):
             if node.args[0].op != "placeholder":
-                missing.add("aten.copy_ into an intermediate value")
+                missing.add(f"{op._schema.name} into an intermediate value")
+        elif spmd.handler_of(op) is not None:
+            continue  # lowered by its handler's plan (spmd_plan)
         elif op in LOWERINGS:
             if LOWERINGS[op].writes:  # functional graphs carry no in-place updates
                 missing.add(str(op))
@@ -123,10 +136,12 @@ def _constant(value):
         return jax.numpy.asarray(dtypes.torch_to_numpy(value))
 
 
-def _call(node, args, kwargs, key):
+def _call(node, args, kwargs, key, plan):
     op = node.target
     if op is operator.getitem or not isinstance(op, torch._ops.OpOverload):
         return op(*args, **kwargs)  # getitem, and Python arithmetic on sizes
+    if plan is not None and spmd.handler_of(op) is not None:
+        return _conform_all(plan.lower(node, args, kwargs), node.meta.get("val"), op)
     if op in _SIZE_QUERIES:
         return _SIZE_QUERIES[op](*args, **kwargs)
     if op in _UNINITIALIZED:
@@ -149,21 +164,36 @@ def mutated_inputs(gm: torch.fx.GraphModule) -> list[int]:
     """Positions of the placeholders the graph overwrites (``copy_`` into an input:
     AOTAutograd's in-place updates, such as an optimizer's parameters)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    written = {n.args[0] for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.copy_.default}
+    written = {n.args[0] for n in gm.graph.nodes if n.op == "call_function" and _is_copy(n.target)}
     return [i for i, n in enumerate(placeholders) if n in written]
 
 
-def to_jax_function(gm: torch.fx.GraphModule):
+def spmd_plan(gm: torch.fx.GraphModule) -> spmd.Plan | None:
+    """The plan of the graph's process-spanning ops (collectives), from the handler
+    registered for their namespace (``graph/spmd.py``); None when it has none."""
+    handlers = spmd.handlers_in(gm)
+    if not handlers:
+        return None
+    if len(handlers) > 1:
+        raise UnsupportedGraph("torchtpu: a graph mixing ops of several SPMD handlers")
+    return handlers[0].plan(gm)
+
+
+def to_jax_function(gm: torch.fx.GraphModule, plan: spmd.Plan | None = None):
     """``fn(inputs, seed, offset) -> (outputs, new values)``: the graph on jax values (pure, jittable).
 
     ``inputs`` holds a jax array for each tensor placeholder and the Python
     value for every other one (sizes); ``outputs`` mirrors the graph's output,
     and ``new values`` holds the final value of each input that
-    ``mutated_inputs(gm)`` names, in that order.
+    ``mutated_inputs(gm)`` names, in that order.  Collectives are lowered by
+    ``plan`` (``spmd_plan(gm)``): the function is then one process's block of
+    an SPMD program, to be traced inside the plan's ``shard``.
     """
     missing = unsupported_ops(gm)
     if missing:
         raise UnsupportedGraph("torchtpu: no lowering for " + ", ".join(missing))
+    if plan is None and spmd.handlers_in(gm):
+        raise UnsupportedGraph("torchtpu: a graph with collectives needs its SPMD plan (fx.spmd_plan)")
     for index, node in enumerate(gm.graph.nodes):
         node.meta["torchtpu_index"] = index
     nodes = list(gm.graph.nodes)
@@ -180,11 +210,12 @@ def to_jax_function(gm: torch.fx.GraphModule):
         for node in nodes:
             if node.op == "get_attr":
                 env[node] = _constant(operator.attrgetter(node.target)(gm))
-            elif node.op == "call_function" and node.target is aten.copy_.default:
+            elif node.op == "call_function" and _is_copy(node.target):
                 target, source = node.args[0], value(node.args[1])
-                env[node] = env[target] = _conform(source, target.meta["val"], node.target)
+                env[target] = _conform(source, target.meta["val"], node.target)
+                env[node] = env[target] if node.target is aten.copy_.default else None  # fsdp.copy_ returns ()
             elif node.op == "call_function":
-                env[node] = _call(node, value(node.args), value(node.kwargs), key)
+                env[node] = _call(node, value(node.args), value(node.kwargs), key, plan)
             elif node.op == "output":
                 return value(node.args[0]), [env[n] for n in mutated]
         raise AssertionError("graph without an output node")
