@@ -8,6 +8,7 @@ batch, which is what the parallel run must reproduce.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import sys
 
@@ -114,6 +115,14 @@ def check_dtensor(checks):
                  torch.full((3,), float(sum(range(1, WORLD + 1)))))
     checks.equal("Partial -> Shard(0) reduce-scatters", partial.redistribute(mesh, [Shard(0)]).full_tensor(),
                  torch.full((3,), float(sum(range(1, WORLD + 1)))))
+    buffer = io.BytesIO()
+    torch.save(da, buffer)  # a DTensor pickles its local shard and its placement
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    checks.true("torch.save/load of a DTensor keeps placements and device",
+                isinstance(loaded, DTensor) and loaded.placements == (Shard(0),)
+                and loaded.to_local().device == DEVICE)
+    checks.equal("torch.save/load of a DTensor keeps the shard", loaded.to_local(), a.chunk(WORLD)[RANK])
     db = distribute_tensor(b.to(DEVICE), mesh, [Replicate()])
     checks.equal("sharded @ replicated matmul", (da @ db).full_tensor(), a @ b, atol=1e-5)
 
