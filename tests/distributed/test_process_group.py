@@ -101,3 +101,15 @@ def test_the_ddp_example_trains_and_keeps_replicas_identical(fused):
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", results[0].stdout)]
     assert len(losses) == 4 and losses[-1] < losses[0] / 10, results[0].stdout
     assert "replicas identical: True" in results[0].stdout
+
+
+def test_a_hung_rank_ends_the_job_through_the_watchdog_within_the_timeout():
+    """Rank 1 stops before a collective it has run before (no store check then); rank 0's
+    call would block in XLA for ever.  The watchdog ends rank 0, naming the collective."""
+    results = launcher.launch([os.path.join(HERE, "worker_hang.py"), "8"], nprocs=2, timeout=120)
+    survivor = results[0]
+    assert survivor.returncode == 6, launcher.report(results)
+    assert "torchtpu watchdog: all_reduce on process group" in survivor.stderr
+    assert "the group's timeout is 8 s" in survivor.stderr
+    assert "UNEXPECTED" not in survivor.stdout
+    assert not any(r.killed for r in results), launcher.report(results)  # nobody needed the launcher's kill

@@ -36,7 +36,7 @@ from torch._C import _distributed_c10d as c10d  # every options type (torch.dist
 
 from ..core import dtypes, tensor
 from ..runtime import context
-from . import collectives, runtime
+from . import collectives, runtime, watchdog
 from .runtime import AXIS
 
 _RedOpType = dist.ReduceOp.RedOpType
@@ -279,11 +279,16 @@ class TpuProcessGroup(dist.ProcessGroup):
             if program is None:
                 self._agree(name, check_key, ranks, _describe(operands, params))
                 program = runtime.build_program(key, name, mesh, body, len(operands), outputs)
+            watched = watchdog.issued(f"{name} on process group {self._group_name!r}",
+                                      self._timeout.total_seconds())
             try:
-                return runtime.run(program, mesh, operands)
+                outputs = runtime.run(program, mesh, operands)
             except Exception as error:  # noqa: BLE001 (XLA raises ValueError or JaxRuntimeError)
+                watchdog.abandon(watched)
                 raise RuntimeError(f"{name} on process group {self._group_name!r}: the XLA collective failed "
                                    f"(has a rank exited?): {error}") from error
+            watchdog.returned(watched, outputs)
+            return outputs
 
     def _agree(self, name: str, check_key: str, ranks, mine: str) -> None:
         """Compare this call's signature with the other ranks' through the store, within the timeout."""
