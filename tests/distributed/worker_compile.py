@@ -392,6 +392,7 @@ def main(c):
             sys.stderr.flush()
             c.failed.append(f"{name}: uncaught exception")
             print(f"[rank {RANK}] FAIL {name}: uncaught exception (see stderr)", flush=True)
+    dist.barrier()  # rank 0 hosts the store: it must outlive the other ranks' last use of it
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ def main(c):
            type(dist.group.WORLD).__name__ == "TpuProcessGroup", type(dist.group.WORLD).__name__)
     check_world(c)
     check_device_mesh(c)
+    dist.barrier()  # rank 0 hosts the store: no rank may still need it when rank 0 leaves
     dist.destroy_process_group()
 
 
