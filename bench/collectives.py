@@ -134,7 +134,7 @@ def table(rows: list[dict]) -> str:
         factor = _bus_factor(r["collective"], r["n"]) * r["bytes"] / 1e9
         lines.append(f"| {r['n']} | {r['collective']} | {_size(r['bytes'])} | {r['tpu'] * 1e3:.2f} | "
                      f"{r['jax'] * 1e3:.2f} | {r['gloo'] * 1e3:.2f} | {r['tpu'] / r['jax']:.2f} | "
-                     f"{factor / r["tpu"]:.3g} | {factor / r["gloo"]:.3g} |")
+                     f"{factor / r['tpu']:.3g} | {factor / r['gloo']:.3g} |")
     return "\n".join(lines)
 
 
