@@ -48,11 +48,13 @@ def worker(engine: str, device: str, compiled: bool, steps: int, warmup: int) ->
     if engine == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
     else:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        mesh = init_device_mesh(target.type, (dist.get_world_size(),))  # FSDP2's default is the accelerator
         for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     forward = torch.compile(model, backend="tpu") if compiled else model
     optimizer = make_optimizer(model)
     ids, labels = make_batch(model.config.vocab_size if engine == "fsdp2" else model.module.config.vocab_size)

@@ -94,9 +94,9 @@ def test_faults_fail_clearly_mismatch_reinit_and_a_dead_rank():
     assert "dead peer: new collective failed after" in results[0].stdout
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["strict", "fused"])
-def test_the_ddp_example_trains_and_keeps_replicas_identical(fused):
-    env = {"TORCHTPU_DEFER_AND_FUSE": "1"} if fused else {}
+@pytest.mark.parametrize("env", [{}, {"TORCHTPU_DEFER_AND_FUSE": "1"}, {"TORCHTPU_NATIVE": "0"}],
+                         ids=["strict", "fused", "without-the-cpp-extension"])
+def test_the_ddp_example_trains_and_keeps_replicas_identical(env):
     results = launcher.run_ok([EXAMPLE], nprocs=2, timeout=240, env=env)
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", results[0].stdout)]
     assert len(losses) == 4 and losses[-1] < losses[0] / 10, results[0].stdout
