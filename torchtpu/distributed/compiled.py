@@ -258,7 +258,7 @@ class Sharded:
 
     def to_local(self, results):
         leaves, tree = jax.tree.flatten(results)
-        blocks = [leaf.addressable_shards[0].data for leaf in leaves]
+        blocks = [leaf.addressable_data(0) for leaf in leaves]
         blocks = [b.reshape(()) if scalar else b for b, scalar in zip(blocks, self.scalar_outputs)]
         return jax.tree.unflatten(tree, blocks)
 

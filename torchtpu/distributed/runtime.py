@@ -163,7 +163,7 @@ class GroupMesh:
 
     @staticmethod
     def local(global_array: jax.Array) -> jax.Array:
-        return global_array.addressable_shards[0].data
+        return global_array.addressable_data(0)  # this process holds one shard
 
 
 # ---- programs ----------------------------------------------------------------------------------
