@@ -33,6 +33,8 @@ def _torchtpu_command():
 def test_info_reports_platform_memory_and_versions():
     out = _run(_torchtpu_command() + ["info"])
     assert re.search(r"^platform:\s+\w+", out, re.M), out
+    assert re.search(r"^device:\s+tpu:0 \(.*\), 1 on this host", out, re.M), out
+    assert re.search(r"^extension:\s+built$", out, re.M), out
     assert re.search(r"^chips:\s+\d+", out, re.M), out
     assert re.search(r"^memory:\s+[\d.]+ GiB total, [\d.]+ GiB free", out, re.M), out
     assert f"torch:     {torch.__version__}" in out

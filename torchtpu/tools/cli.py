@@ -26,7 +26,10 @@ def info(args: argparse.Namespace) -> int:
 
     props = torch.tpu.get_device_properties()
     free, total = torch.tpu.mem_get_info()
-    print(f"device:    tpu ({props.name})")
+    from ..runtime import native
+
+    print(f"device:    tpu:{torch.tpu.current_device()} ({props.name}), {torch.tpu.device_count()} on this host")
+    print(f"extension: {'built' if native.module else 'not built or disabled: tpu:0 only, no FSDP2'}")
     print(f"platform:  {props.platform}")
     print(f"chips:     {props.chip_count}")
     print(f"memory:    {_gib(total)} total, {_gib(free)} free")
