@@ -245,6 +245,7 @@ class Sharded:
         return self.fn(*values)
 
     def to_global(self, arrays) -> list:
+        runtime.wait_for_inputs(arrays)  # collectives in issue order on every rank (see runtime.run)
         return [self._globalize(a) for a in arrays]
 
     def _globalize(self, local):

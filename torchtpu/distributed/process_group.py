@@ -266,7 +266,7 @@ class TpuProcessGroup(dist.ProcessGroup):
         if self._store is None:
             raise RuntimeError(f"{name}: process group {self._group_name!r} was shut down")
         mesh = self._pair_mesh(*pair) if pair else self.mesh
-        signature = tuple((tuple(a.shape), str(a.dtype)) for a in operands)
+        signature = tuple((a.shape, a.dtype) for a in operands)  # cheap to build and hash: no strings
         key = (name, params, signature, mesh.ranks)
         with self._lock:
             if pair:

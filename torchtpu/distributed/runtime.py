@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import socket
 
 import jax
@@ -22,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..core import tensor
 from ..runtime import caches, metrics
+from ..runtime import device as runtime_device
 
 AXIS = "ranks"  # the mesh axis the ranks of a group lie along
 _COORDINATOR_KEY = "torchtpu/jax_coordinator"
@@ -195,8 +197,25 @@ def local_program(key, name: str, fn):
     return program
 
 
+# XLA's CPU client runs a program whose inputs are ready at once, in the calling
+# thread, and defers one whose inputs are still being computed: two collectives
+# could then run in different orders on two ranks and their gloo messages cross
+# (seen in fused mode).  Waiting for the inputs first keeps every rank's
+# collectives in the order they were issued.  TPU and GPU run in issue order.
+@functools.lru_cache(maxsize=None)
+def inputs_first() -> bool:
+    return runtime_device.platform() == "cpu"
+
+
+def wait_for_inputs(arrays) -> None:
+    """Before a program with collectives: wait for its inputs where the platform could reorder it."""
+    if inputs_first():
+        jax.block_until_ready(arrays)
+
+
 def run(program, mesh: GroupMesh, operands) -> list:
     """Run ``program`` on this process's blocks; this process's block of each output."""
+    wait_for_inputs(operands)
     with tensor.x64():  # int64 stays int64 while tracing
         outputs = program(*[mesh.globalize(a) for a in operands])
     if not isinstance(outputs, (tuple, list)):

@@ -10,7 +10,7 @@ process ends, so that torchrun stops the job instead of waiting forever.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import os
 import sys
 import threading
@@ -20,32 +20,40 @@ POLL_SECONDS = 0.5
 EXIT_CODE = 6  # NCCL's watchdog aborts (SIGABRT, 6); this exits with the same number, without a core dump
 
 
-@dataclasses.dataclass
 class _Entry:
-    description: str
-    timeout: float
-    started: float
-    outputs: list | None = None  # None: still being issued (XLA CPU blocks in the call)
+    __slots__ = ("description", "timeout", "started", "outputs")
+
+    def __init__(self, description: str, timeout: float):
+        self.description = description
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.outputs = None  # None: still being issued (XLA CPU blocks in the call); () once abandoned
 
     def done(self) -> bool:
         return self.outputs is not None and all(a.is_ready() for a in self.outputs)
 
 
-_lock = threading.Lock()
-_entries: list[_Entry] = []
+# Appended by the issuing threads, trimmed by the watchdog: deque appends need no lock.
+_entries: collections.deque = collections.deque()
+_start_lock = threading.Lock()
 _thread: threading.Thread | None = None
 
 
 def issued(description: str, timeout_seconds: float) -> _Entry:
     """Start watching a collective; pass the result to ``returned`` when the call returns."""
+    entry = _Entry(description, timeout_seconds)
+    _entries.append(entry)
+    if _thread is None:
+        _start()
+    return entry
+
+
+def _start() -> None:
     global _thread
-    entry = _Entry(description, timeout_seconds, time.monotonic())
-    with _lock:
-        _entries.append(entry)
+    with _start_lock:
         if _thread is None:
             _thread = threading.Thread(target=_watch, name="torchtpu collective watchdog", daemon=True)
             _thread.start()
-    return entry
 
 
 def returned(entry: _Entry, outputs) -> None:
@@ -54,18 +62,16 @@ def returned(entry: _Entry, outputs) -> None:
 
 def abandon(entry: _Entry) -> None:
     """The call raised: nothing to wait for."""
-    with _lock:
-        if entry in _entries:
-            _entries.remove(entry)
+    entry.outputs = ()
 
 
 def _watch() -> None:
     while True:
         time.sleep(POLL_SECONDS)
+        while _entries and _entries[0].done():  # collectives finish roughly in the order issued
+            _entries.popleft()
         now = time.monotonic()
-        with _lock:
-            _entries[:] = [e for e in _entries if not e.done()]
-            late = [e for e in _entries if now - e.started > e.timeout]
+        late = [e for e in list(_entries) if now - e.started > e.timeout and not e.done()]
         if late:
             _fail(late[0], now)
 
