@@ -488,3 +488,18 @@ def test_inplace_result_that_cannot_be_cast_raises_like_cpu():
         torch.ones(3, dtype=torch.int16, device="tpu").mul_(torch.tensor(1.5, device="tpu"))
     with pytest.raises(RuntimeError, match="can't be cast"):
         torch.ones(3, dtype=torch.int16, device="tpu").mul_(1.5)
+
+
+@pytest.mark.parametrize("select", [
+    lambda b, m: b.masked_fill_(m, 2.0),
+    lambda b, m: b.copy_(torch.where(m, torch.full_like(b, 2.0), b)),
+])
+def test_select_keeps_nan_payloads_written_through_a_bit_view(select):
+    # Found by the fuzz test: XLA:CPU computes bfloat16 in float32 and canonicalises NaNs.
+    results = []
+    for device in ("cpu", "tpu"):
+        base = torch.zeros(4, dtype=torch.bfloat16, device=device)
+        base.view(torch.int16).fill_(-3)  # a NaN with a payload
+        select(base, torch.tensor([True, False, False, False], device=device))
+        results.append(base.view(torch.int16).cpu())
+    assert results[1].tolist() == results[0].tolist() == [16384, -3, -3, -3]

@@ -347,15 +347,28 @@ lower(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, a
 # ---- selection, clamping, blending ---------------------------------------------------
 
 
+def select_bits(condition, x, y):
+    """``jnp.where`` that moves bits unchanged, as PyTorch's select does.
+
+    XLA:CPU computes bfloat16 through float32 and returns canonical NaNs, so a
+    NaN payload written through an int16 view would change; selecting on the
+    int16 bit patterns keeps it (a bitcast is free in XLA).
+    """
+    if x.dtype != jnp.bfloat16:
+        return jnp.where(condition, x, y)
+    bits = jnp.where(condition, lax.bitcast_convert_type(x, jnp.int16), lax.bitcast_convert_type(y, jnp.int16))
+    return lax.bitcast_convert_type(bits, jnp.bfloat16)
+
+
 @lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(condition, x, y):
     dtype = promote(x, y)[1]
-    return jnp.where(condition, as_array(x, dtype), as_array(y, dtype))
+    return select_bits(condition, as_array(x, dtype), as_array(y, dtype))
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(x, mask, value):
-    return jnp.where(mask, as_array(value, x.dtype), x)
+    return select_bits(mask, as_array(value, x.dtype), x)
 
 
 @lower(aten.clamp.default, aten.clamp.Tensor)
