@@ -81,6 +81,8 @@ class Config:
         aliases=("LOCAL_WORLD_SIZE",))
     native: bool = _setting(
         True, parse_flag, "Use the C++ extension (device guard, tensor factory) if it was built; off: `tpu:0` only.")
+    vllm: bool = _setting(
+        True, parse_flag, "Activate the vLLM platform plugin where vLLM is installed (off: vLLM picks its own platform).")
 
 
 def env_name(field: dataclasses.Field) -> str:
@@ -126,6 +128,11 @@ def override(**changes):
         yield current
     finally:
         update(**previous)
+
+
+def set_for_child_processes(name: str, value: str) -> None:
+    """Set an environment variable that processes started from now on inherit (an engine's workers)."""
+    os.environ[name] = value
 
 
 def markdown_table() -> str:

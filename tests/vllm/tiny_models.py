@@ -1,0 +1,42 @@
+"""Tiny random Hugging Face checkpoints with a real (word-level) tokenizer, written to a folder."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+WORDS = ("the a cat dog sat ran on under mat log and then slept barked big small red blue green old new "
+         "house tree park road river hill car bird fish sun moon star day night").split()
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+VOCAB_SIZE = 128  # the embedding's rows; the tokenizer names the first len(SPECIALS + WORDS)
+
+COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(**COMMON),
+    "qwen3": lambda: transformers.Qwen3Config(**COMMON),
+    "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2,
+                                                     moe_intermediate_size=64, decoder_sparse_step=1),
+}
+
+
+def tokenizer() -> transformers.PreTrainedTokenizerFast:
+    vocab = {w: i for i, w in enumerate(SPECIALS + WORDS)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
+                                                eos_token="<eos>", unk_token="<unk>")
+
+
+def write_model(folder, arch: str = "llama", seed: int = 0) -> str:
+    """Save a seeded random ``arch`` model (float32) and its tokenizer to ``folder``; return the path."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS[arch]())
+    with torch.no_grad():  # larger logits than the default init, so greedy tokens are not near-ties
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(folder)
+    tokenizer().save_pretrained(folder)
+    return str(folder)

@@ -1,0 +1,35 @@
+"""vLLM on tpu: a platform plugin, a worker and model runner, a paged-attention backend.
+
+vLLM finds this package through two entry points (see pyproject.toml):
+
+- ``vllm.platform_plugins`` -> :func:`platform_plugin`, asked once per process
+  which platform to run; it answers torchtpu's platform unless the user opted
+  out (``TORCHTPU_VLLM=0``; ``VLLM_TARGET_DEVICE=cpu`` also wins, in vLLM);
+- ``vllm.general_plugins`` -> :func:`register`, run in every vLLM process,
+  which registers the ``TORCHTPU`` attention backend.
+
+Nothing here is imported by ``import torchtpu``.
+"""
+
+from __future__ import annotations
+
+ATTENTION_BACKEND = "TORCHTPU"
+_PLATFORM = "torchtpu.integrations.vllm.platform.TpuPlatform"
+_BACKEND_PATH = "torchtpu.integrations.vllm.attention.TpuAttentionBackend"
+
+
+def platform_plugin() -> str | None:
+    """The qualified name of torchtpu's vLLM platform, or None to stay out of the way."""
+    try:
+        from torchtpu import config
+    except Exception:  # torchtpu does not import here: let vLLM pick its own platform
+        return None
+    return _PLATFORM if config.current.vllm else None
+
+
+def register() -> None:
+    """Register the attention backend under its own name (idempotent)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    if ATTENTION_BACKEND not in AttentionBackendEnum.__members__:
+        register_backend(ATTENTION_BACKEND, _BACKEND_PATH)

@@ -1,0 +1,203 @@
+"""Paged attention on tpu for vLLM: the ``TORCHTPU`` attention backend.
+
+The KV cache of a layer is one tensor ``[num_blocks, block_size, 2 * kv_heads,
+head_size]`` with K and V heads interleaved (K of head h at 2h, V at 2h+1): the
+layout of the TPU ragged paged-attention kernel. A step's metadata is built on
+the host and uploaded padded to fixed sizes (tokens to the step's token
+bucket, requests and pages per request to powers of two), so a step's programs
+depend on those sizes only and are compiled once each.
+
+:func:`paged_attention` is the torch-op implementation: it runs on any device
+and is the test oracle. Mixed prefill and decode batches, chunked prefill and
+prefix-cache hits are all the same computation: each token attends to the
+cached keys of its own request at positions up to its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder, AttentionType,
+                                       MultipleOf)
+
+from torchtpu.api.bucketing import bucket_size
+
+from . import ATTENTION_BACKEND
+
+# A finite "minus infinity": a padding token that sees no key gets a uniform
+# average instead of NaN, so nothing non-finite reaches the cache.
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+SMALLEST_TOKEN_BUCKET = 16
+
+
+def token_bucket(num_tokens: int, limit: int) -> int:
+    """The padded token count of a step: a power of two (at least 16), at most ``limit``."""
+    return min(max(bucket_size(num_tokens), SMALLEST_TOKEN_BUCKET), limit)
+
+
+def kv_cache_shape(num_blocks: int, spec) -> tuple[int, int, int, int]:
+    if getattr(spec, "head_size_v", spec.head_size) != spec.head_size:
+        raise NotImplementedError("torchtpu: keys and values of different head sizes are not supported yet")
+    return (num_blocks, spec.block_size, 2 * spec.num_kv_heads, spec.head_size)
+
+
+def write_kv_cache(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slots: torch.Tensor) -> None:
+    """Store each token's key and value in its slot (``block * block_size + offset``), in place."""
+    tokens, kv_heads, head_size = key.shape
+    interleaved = torch.stack((key, value), dim=2).reshape(tokens, 2 * kv_heads, head_size)
+    kv_cache.view(-1, 2 * kv_heads, head_size).index_copy_(0, slots, interleaved.to(kv_cache.dtype))
+
+
+def paged_attention(query, kv_cache, block_tables, token_request, token_position, *, scale: float,
+                    sliding_window: int | None = None, soft_cap: float | None = None) -> torch.Tensor:
+    """Causal attention of each token over its request's cached keys.
+
+    query ``[T, Hq, D]``; kv_cache ``[blocks, block_size, 2*Hkv, D]``;
+    block_tables ``[S, P]`` (the pages of each request); token_request and
+    token_position ``[T]`` (a token sees the keys of request
+    ``token_request[t]`` at positions ``<= token_position[t]``). Scores and
+    softmax in float32, as vLLM's GPU kernels accumulate.
+    """
+    tokens, q_heads, head_size = query.shape
+    _, block_size, combined_heads, _ = kv_cache.shape
+    kv_heads = combined_heads // 2
+    requests, pages = block_tables.shape
+    context = pages * block_size
+    cached = kv_cache[block_tables.reshape(-1)].reshape(requests, context, combined_heads, head_size).float()
+    keys, values = cached[:, :, 0::2], cached[:, :, 1::2]
+    q = query.reshape(tokens, kv_heads, q_heads // kv_heads, head_size).float()
+    scores = torch.einsum("tkgd,slkd->tkgsl", q, keys) * scale
+    if soft_cap:
+        scores = soft_cap * torch.tanh(scores / soft_cap)
+    key_position = torch.arange(context, device=query.device)
+    own_request = token_request[:, None] == torch.arange(requests, device=query.device)
+    visible = own_request[:, :, None] & (key_position <= token_position[:, None, None])
+    if sliding_window is not None:
+        visible &= key_position > token_position[:, None, None] - sliding_window
+    scores = scores.masked_fill(~visible[:, None, None], MASK_VALUE)
+    probs = torch.softmax(scores.flatten(-2), dim=-1).view_as(scores)
+    out = torch.einsum("tkgsl,slkd->tkgd", probs, values)
+    return out.reshape(tokens, q_heads, head_size).to(query.dtype)
+
+
+@dataclass
+class TpuAttentionMetadata:
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor     # [T] int64, padding tokens write the reserved null block
+    token_request: torch.Tensor    # [T] int64
+    token_position: torch.Tensor   # [T] int64, -1 for padding
+    block_tables: torch.Tensor     # [S, P] int64
+
+
+def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
+                        block_size: int, num_tokens: int, max_tokens: int) -> dict[str, np.ndarray]:
+    """The padded per-token and per-request arrays of one step, on the host."""
+    num_reqs = len(seq_lens)
+    padded_tokens = token_bucket(num_tokens, max_tokens)
+    query_lens = np.diff(query_start_loc)
+    request = np.repeat(np.arange(num_reqs), query_lens)
+    position = np.arange(num_tokens) - np.repeat(query_start_loc[:-1], query_lens) \
+        + np.repeat(seq_lens - query_lens, query_lens)
+    slot = block_table[request, position // block_size].astype(np.int64) * block_size + position % block_size
+    pages = bucket_size(max(-(-int(seq_lens.max(initial=1)) // block_size), 1))
+    tables = np.zeros((bucket_size(max(num_reqs, 1)), pages), np.int64)
+    used = min(pages, block_table.shape[1])
+    tables[:num_reqs, :used] = block_table[:num_reqs, :used]
+    pad = padded_tokens - num_tokens
+    return {
+        "slot_mapping": np.pad(slot, (0, pad)),
+        "token_request": np.pad(request, (0, pad)),
+        "token_position": np.pad(position, (0, pad), constant_values=-1),
+        "block_tables": tables,
+    }
+
+
+class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.block_size = kv_cache_spec.block_size
+        self.max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False) -> TpuAttentionMetadata:
+        meta = common_attn_metadata
+        num_reqs = meta.num_reqs
+        query_start_loc = meta.query_start_loc_cpu[:num_reqs + 1].numpy()
+        num_tokens = int(query_start_loc[-1])
+        seq_lens = meta.seq_lens[:num_reqs].cpu().numpy()
+        block_table = meta.block_table_tensor[:num_reqs].cpu().numpy()
+        arrays = build_host_metadata(query_start_loc, seq_lens, block_table, self.block_size, num_tokens,
+                                     self.max_tokens)
+        on_device = {name: torch.from_numpy(a).to(self.device) for name, a in arrays.items()}
+        return TpuAttentionMetadata(num_actual_tokens=num_tokens, **on_device)
+
+
+class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
+                 kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
+                 kv_sharing_target_layer_name=None, sinks=None):
+        if alibi_slopes is not None:
+            raise NotImplementedError("torchtpu: ALiBi attention is not supported on tpu yet")
+        if sinks is not None:
+            raise NotImplementedError("torchtpu: attention sinks are not supported on tpu yet")
+        if attn_type != AttentionType.DECODER:
+            raise NotImplementedError(f"torchtpu: {attn_type} attention is not supported on tpu yet")
+        if kv_cache_dtype != "auto":
+            raise NotImplementedError(f"torchtpu: KV cache dtype {kv_cache_dtype!r} is not supported on tpu yet")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.sliding_window = sliding_window
+        self.logits_soft_cap = logits_soft_cap
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                output_block_scale=None):
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("torchtpu: fused output quantization is not supported")
+        if attn_metadata is None:  # a profiling run without a KV cache
+            return output.fill_(0)
+        padded = attn_metadata.slot_mapping.shape[0]
+        if query.shape[0] != padded:
+            raise RuntimeError(f"torchtpu: the step has {query.shape[0]} tokens but its attention metadata "
+                               f"was padded to {padded}")
+        if self.kv_sharing_target_layer_name is None:
+            write_kv_cache(kv_cache, key, value, attn_metadata.slot_mapping)
+        out = paged_attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
+                              attn_metadata.token_position, scale=self.scale, sliding_window=self.sliding_window,
+                              soft_cap=self.logits_soft_cap)
+        output.copy_(out.view_as(output))
+        return output
+
+
+class TpuAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = True
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16, torch.float16]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto"]
+
+    @staticmethod
+    def get_name() -> str:
+        return ATTENTION_BACKEND
+
+    @staticmethod
+    def get_impl_cls():
+        return TpuAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return TpuAttentionMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec=None):
+        return [MultipleOf(1)]
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER

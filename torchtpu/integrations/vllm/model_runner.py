@@ -1,0 +1,92 @@
+"""vLLM's V1 GPU model runner on tpu: per-layer KV cache tensors, token-count buckets."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+from vllm.config import CUDAGraphMode
+from vllm.forward_context import BatchDescriptor
+from vllm.logger import init_logger
+from vllm.v1.kv_cache_interface import AttentionSpec, UniformTypeKVCacheSpecs
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.utils import bind_kv_cache
+
+from .attention import kv_cache_shape, token_bucket
+
+logger = init_logger(__name__)
+
+
+@contextlib.contextmanager
+def cuda_api_on_tpu():
+    """Point the ``torch.cuda`` stream and event names the runner's constructor uses at ``torch.tpu``."""
+    names = ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream")
+    saved = {name: getattr(torch.cuda, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.cuda, name, getattr(torch.tpu, name))
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(torch.cuda, name, value)
+
+
+class TpuModelRunner(GPUModelRunner):
+    def __init__(self, vllm_config, device: torch.device):
+        with cuda_api_on_tpu():
+            super().__init__(vllm_config, device)
+
+    def _sync_device(self) -> None:
+        torch.tpu.synchronize()
+
+    def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
+        return sampled_token_ids.tolist()
+
+    def token_buckets(self) -> list[int]:
+        """Every padded token count a step can take: powers of two up to the batch budget."""
+        limit = self.scheduler_config.max_num_batched_tokens
+        return sorted({token_bucket(n, limit) for n in range(1, limit + 1)})
+
+    def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
+        # Pad every step to its token bucket, so each bucket's programs compile once.
+        mode, descriptor, ubatch, across_dp, stats = super()._determine_batch_execution_and_padding(
+            num_tokens, *args, **kwargs)
+        padded = token_bucket(num_tokens, self.scheduler_config.max_num_batched_tokens)
+        return CUDAGraphMode.NONE, BatchDescriptor(num_tokens=padded), ubatch, across_dp, stats
+
+    def initialize_kv_cache_tensors(self, kv_cache_config, kernel_block_sizes, kv_cache_allocation_context=None):
+        """One native-dtype tensor per layer, in the paged-attention kernel's layout."""
+        kv_caches: dict[str, torch.Tensor] = {}
+        for tensor in kv_cache_config.kv_cache_tensors:
+            num_blocks = kv_cache_config.num_blocks_of(tensor)
+            for layer_name in tensor.layers:
+                spec = self._layer_spec(kv_cache_config, layer_name)
+                kv_caches[layer_name] = torch.zeros(kv_cache_shape(num_blocks, spec), dtype=spec.dtype,
+                                                    device=self.device)
+        for layer_name, target_layer_name in self.shared_kv_cache_layers.items():
+            kv_caches[layer_name] = kv_caches[target_layer_name]
+        bind_kv_cache(kv_caches, self.compilation_config.static_forward_context, self.kv_caches,
+                      kv_cache_groups=kv_cache_config.kv_cache_groups)
+        return kv_caches
+
+    @staticmethod
+    def _layer_spec(kv_cache_config, layer_name: str) -> AttentionSpec:
+        group = next(g for g in kv_cache_config.kv_cache_groups if layer_name in g.layer_names)
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            spec = spec.kv_cache_specs[layer_name]
+        if not isinstance(spec, AttentionSpec):
+            raise NotImplementedError(f"torchtpu: KV cache of kind {type(spec).__name__} (layer {layer_name}) "
+                                      "is not supported on tpu yet")
+        return spec
+
+    def warm_up_buckets(self) -> None:
+        """Run every token bucket once, so serving compiles nothing new."""
+        buckets = self.token_buckets()
+        start = time.perf_counter()
+        for i, n in enumerate(buckets, 1):
+            self._dummy_run(n, force_attention=True)
+            logger.info("torchtpu: warmed up token bucket %d (%d/%d, %.1f s)", n, i, len(buckets),
+                        time.perf_counter() - start)
+        torch.tpu.synchronize()
