@@ -90,3 +90,10 @@ class TpuModelRunner(GPUModelRunner):
             logger.info("torchtpu: warmed up token bucket %d (%d/%d, %.1f s)", n, i, len(buckets),
                         time.perf_counter() - start)
         torch.tpu.synchronize()
+        self.compiles_after_warm_up = dict(torch.tpu.compile_stats())
+
+    def recompiles(self) -> dict[str, int]:
+        """Programs compiled since warm-up, by op: serving should compile none."""
+        now = torch.tpu.compile_stats()
+        before = getattr(self, "compiles_after_warm_up", {})
+        return {op: n - before.get(op, 0) for op, n in now.items() if n > before.get(op, 0)}

@@ -54,6 +54,10 @@ class TpuWorker(Worker):
         return CompilationTimes(language_model=self.compilation_config.compilation_time,
                                 encoder=self.compilation_config.encoder_compilation_time)
 
+    def recompiles(self) -> dict[str, int]:
+        """For ``LLM.collective_rpc("recompiles")``: programs compiled since warm-up, by op."""
+        return self.model_runner.recompiles()
+
     def _maybe_get_memory_pool_context(self, tag: str):
         # vLLM's sleep-mode memory pool is CUDA's allocator; XLA owns tpu memory.
         return contextlib.nullcontext()
