@@ -159,3 +159,25 @@ def test_rng_state_replays():
         assert torch.equal(a, b)
     # successive draws differ
     assert not torch.equal(torch.rand(8, device="tpu").cpu(), torch.rand(8, device="tpu").cpu())
+
+
+def test_a_tpu_generator_replays_its_own_stream_independent_of_the_global_one():
+    gen = torch.Generator(device="tpu")
+    assert gen.device == torch.device("tpu", 0)
+    gen.manual_seed(7)
+    first = torch.empty(6, device="tpu").exponential_(generator=gen).cpu()
+    second = torch.rand(6, device="tpu", generator=gen).cpu()
+    state = gen.get_state()
+    third = torch.rand(6, device="tpu", generator=gen).cpu()
+    gen.manual_seed(7)
+    torch.rand(6, device="tpu")  # the global stream moves; the generator's must not
+    assert torch.equal(torch.empty(6, device="tpu").exponential_(generator=gen).cpu(), first)
+    assert torch.equal(torch.rand(6, device="tpu", generator=gen).cpu(), second)
+    gen.set_state(state)
+    assert torch.equal(torch.rand(6, device="tpu", generator=gen).cpu(), third)
+    assert not torch.equal(first, second)
+
+
+def test_a_cpu_generator_for_a_tpu_op_raises_like_cuda():
+    with pytest.raises(RuntimeError, match="Expected a 'tpu' device type for generator but found 'cpu'"):
+        torch.rand(2, device="tpu", generator=torch.Generator())

@@ -16,7 +16,9 @@
 #include <limits>
 #include <vector>
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/Functions.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Storage.h>
 #include <c10/core/StorageImpl.h>
@@ -110,7 +112,51 @@ int64_t current_device() { return current(); }
 // Leaked on purpose: it must outlive the interpreter's teardown.
 pybind11::object* resize_callback = nullptr;
 
+// torch.Generator(device="tpu"): a seed and a counter. A random op given this
+// generator draws with the key fold_in(seed, counter) and advances the counter
+// (runtime/rng.py), so the same seed replays the same stream, independent of
+// the global one: the contract vLLM's per-request seeds rely on.
+struct TpuGenerator final : public c10::GeneratorImpl {
+  explicit TpuGenerator(DeviceIndex index)
+      : c10::GeneratorImpl(Device(kTpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  void set_current_seed(uint64_t seed) override { seed_ = seed; offset_ = 0; }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    set_current_seed(c10::detail::getNonDeterministicRandom());
+    return seed_;
+  }
+  void set_offset(uint64_t offset) override { offset_ = offset; }
+  uint64_t get_offset() const override { return offset_; }
+  void set_state(const c10::TensorImpl& state) override {
+    TORCH_CHECK(state.numel() == 16 && state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+                "tpu: a generator state is 16 bytes (seed, offset), got ", state.numel());
+    const auto* words = static_cast<const uint64_t*>(state.data());
+    seed_ = words[0];
+    offset_ = words[1];
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    at::Tensor state = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+    auto* words = static_cast<uint64_t*>(state.data_ptr());
+    words[0] = seed_;
+    words[1] = offset_;
+    return state.getIntrusivePtr();
+  }
+
+ private:
+  TpuGenerator* clone_impl() const override {
+    auto* copy = new TpuGenerator(device().index());
+    copy->seed_ = seed_;
+    copy->offset_ = offset_;
+    return copy;
+  }
+  uint64_t seed_ = c10::default_rng_seed_val;
+  uint64_t offset_ = 0;
+};
+
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  at::Generator getNewGenerator(DeviceIndex index) const override {
+    return at::make_generator<TpuGenerator>(index < 0 ? current() : index);
+  }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(DeviceIndex) const override { return true; }
@@ -158,7 +204,7 @@ at::Tensor empty_at(int64_t address, int64_t nbytes, std::vector<int64_t> size, 
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.attr("API_VERSION") = 2;  // runtime/native.py refuses a stale build
+  m.attr("API_VERSION") = 3;  // runtime/native.py refuses a stale build
   m.def("install_guard", &install_guard, "make the settable C++ guard PrivateUse1's device guard");
   m.def("guard_installed", &guard_installed);
   m.def("install_hooks", &install_hooks, "register the PrivateUse1 hooks, storage resize included");

@@ -57,7 +57,7 @@ def run(plan: Plan, args, kwargs):
     dynamic = [buf.value for buf, _ in call.storages]  # arrays, or Deferreds in fused mode
     dynamic += call.numbers
     if lowering.random:
-        dynamic += rng.next_seed_and_offset()
+        dynamic += rng.next_seed_and_offset(kwargs.get("generator"))
     if program is None:
         program = PROGRAMS[call.key] = build(plan, call, metas, dynamic)
         program.checked_numbers.add(tuple(call.numbers))

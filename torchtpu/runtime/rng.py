@@ -27,13 +27,27 @@ def initial_seed() -> int:
     return _seed
 
 
-def next_seed_and_offset() -> tuple:
-    """The program arguments for the next draw: (32-bit seed, offset), as Python ints."""
+def next_seed_and_offset(generator: torch.Generator | None = None) -> tuple:
+    """The program arguments for the next draw: (32-bit seed, offset), as Python ints.
+
+    With a ``torch.Generator(device="tpu")`` the draw comes from that
+    generator's own seed and counter instead of the global stream."""
+    if generator is not None:
+        return _generator_draw(generator)
     global _offset
     with _lock:
         offset = _offset
         _offset += 1
     return _seed % (1 << 32), offset
+
+
+def _generator_draw(generator: torch.Generator) -> tuple:
+    if generator.device.type != "tpu":
+        raise RuntimeError(f"Expected a 'tpu' device type for generator but found '{generator.device.type}'")
+    with _lock:
+        offset = generator.get_offset()
+        generator.set_offset(offset + 1)
+    return generator.initial_seed() % (1 << 32), offset
 
 
 def key(seed, offset):
