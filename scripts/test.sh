@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/setup_engines.sh
 exec .venv/bin/python -m pytest -q -n 2 "$@"

@@ -9,7 +9,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 WORDS = ("the a cat dog sat ran on under mat log and then slept barked big small red blue green old new "
          "house tree park road river hill car bird fish sun moon star day night").split()
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-VOCAB_SIZE = 128  # the embedding's rows; the tokenizer names the first len(SPECIALS + WORDS)
+VOCAB_SIZE = 128
+WORDS += [f"w{i}" for i in range(VOCAB_SIZE - len(SPECIALS) - len(WORDS))]  # every token id decodes to a word
 
 COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,

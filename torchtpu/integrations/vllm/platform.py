@@ -6,8 +6,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.platforms.interface import Platform, PlatformEnum
 
-import torchtpu  # noqa: F401  (registers the device)
-from torchtpu import config
+from torchtpu import config  # importing torchtpu registers the device
 
 from . import ATTENTION_BACKEND
 

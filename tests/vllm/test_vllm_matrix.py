@@ -1,0 +1,46 @@
+"""The vLLM model matrix on tpu: each architecture and dtype against transformers on CPU.
+
+Slow (one engine per cell, ~1 min each here): run with ``scripts/vllm_matrix.sh``.
+Greedy tokens must equal transformers' ``generate()`` in the same dtype.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+vllm = pytest.importorskip("vllm", reason="the vLLM extra is not installed (pip install -e '.[vllm]')")
+
+from tiny_models import CONFIGS, write_model  # noqa: E402
+
+PROMPTS = ["the cat sat on the mat", "a dog ran", "the big red car and the small blue bird sat under the old tree",
+           "night"]
+MAX_TOKENS = 8
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def transformers_greedy(path, dtype):
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    results = []
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        out = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
+        results.append(out[0, ids.shape[1]:].tolist())
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("arch", list(CONFIGS))
+def test_greedy_tokens_equal_transformers(tmp_path, arch, dtype):
+    path = write_model(tmp_path, arch)
+    expected = transformers_greedy(path, DTYPES[dtype])
+    llm = vllm.LLM(path, dtype=dtype, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
+                   kv_cache_memory_bytes=8 << 20, seed=0)
+    try:
+        outputs = llm.generate(PROMPTS, vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True))
+        assert [list(o.outputs[0].token_ids) for o in outputs] == expected
+    finally:
+        llm.llm_engine.engine_core.shutdown()
