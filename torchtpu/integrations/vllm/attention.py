@@ -4,8 +4,8 @@ The KV cache of a layer is one tensor ``[num_blocks, block_size, 2 * kv_heads,
 head_size]`` with K and V heads interleaved (K of head h at 2h, V at 2h+1): the
 layout of the TPU ragged paged-attention kernel. A step's metadata is built on
 the host and uploaded padded to fixed sizes (tokens to the step's token
-bucket, requests and pages per request to powers of two), so a step's programs
-depend on those sizes only and are compiled once each.
+bucket, requests to ``max_num_seqs``, pages to what ``max_model_len`` needs),
+so the compiled step has one program per token bucket.
 
 :func:`paged_attention` is the torch-op implementation: it runs on any device
 and is the test oracle. Mixed prefill and decode batches, chunked prefill and
@@ -93,8 +93,10 @@ class TpuAttentionMetadata:
 
 
 def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
-                        block_size: int, num_tokens: int, max_tokens: int) -> dict[str, np.ndarray]:
-    """The padded per-token and per-request arrays of one step, on the host."""
+                        block_size: int, num_tokens: int, max_tokens: int, max_reqs: int,
+                        max_pages: int) -> dict[str, np.ndarray]:
+    """The per-token and per-request arrays of one step, on the host, padded to fixed sizes:
+    tokens to the step's bucket, requests to ``max_reqs``, pages to ``max_pages``."""
     num_reqs = len(seq_lens)
     padded_tokens = token_bucket(num_tokens, max_tokens)
     query_lens = np.diff(query_start_loc)
@@ -102,9 +104,8 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
     position = np.arange(num_tokens) - np.repeat(query_start_loc[:-1], query_lens) \
         + np.repeat(seq_lens - query_lens, query_lens)
     slot = block_table[request, position // block_size].astype(np.int64) * block_size + position % block_size
-    pages = bucket_size(max(-(-int(seq_lens.max(initial=1)) // block_size), 1))
-    tables = np.zeros((bucket_size(max(num_reqs, 1)), pages), np.int64)
-    used = min(pages, block_table.shape[1])
+    tables = np.zeros((max_reqs, max_pages), np.int64)
+    used = min(max_pages, block_table.shape[1])
     tables[:num_reqs, :used] = block_table[:num_reqs, :used]
     pad = padded_tokens - num_tokens
     return {
@@ -120,6 +121,8 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
         self.max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.max_reqs = vllm_config.scheduler_config.max_num_seqs
+        self.max_pages = -(-vllm_config.model_config.max_model_len // self.block_size)
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False) -> TpuAttentionMetadata:
         meta = common_attn_metadata
@@ -129,7 +132,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         seq_lens = meta.seq_lens[:num_reqs].cpu().numpy()
         block_table = meta.block_table_tensor[:num_reqs].cpu().numpy()
         arrays = build_host_metadata(query_start_loc, seq_lens, block_table, self.block_size, num_tokens,
-                                     self.max_tokens)
+                                     self.max_tokens, self.max_reqs, self.max_pages)
         on_device = {name: torch.from_numpy(a).to(self.device) for name, a in arrays.items()}
         return TpuAttentionMetadata(num_actual_tokens=num_tokens, **on_device)
 

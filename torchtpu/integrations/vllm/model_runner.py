@@ -17,6 +17,8 @@ from .attention import kv_cache_shape, token_bucket
 
 logger = init_logger(__name__)
 
+MAX_STEP_PROGRAMS = 64
+
 
 @contextlib.contextmanager
 def cuda_api_on_tpu():
@@ -37,6 +39,16 @@ class TpuModelRunner(GPUModelRunner):
         with cuda_api_on_tpu():
             super().__init__(vllm_config, device)
 
+    def load_model(self, *args, **kwargs) -> None:
+        super().load_model(*args, **kwargs)
+        if not self.model_config.enforce_eager:
+            # The CUDA-graph equivalent: one XLA program per step shape (token
+            # bucket, requests, pages), compiled at first use, then replayed.
+            # Only forward is wrapped: vLLM reads the model's class to learn its tasks.
+            self.model.forward = torch.compile(self.model.forward, backend="tpu", dynamic=False, fullgraph=True)
+            # One program per token bucket: there can be more than Dynamo's default 8.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_STEP_PROGRAMS)
+
     def _sync_device(self) -> None:
         torch.tpu.synchronize()
 
@@ -47,6 +59,12 @@ class TpuModelRunner(GPUModelRunner):
         """Every padded token count a step can take: powers of two up to the batch budget."""
         limit = self.scheduler_config.max_num_batched_tokens
         return sorted({token_bucket(n, limit) for n in range(1, limit + 1)})
+
+    def _get_slot_mappings(self, num_tokens_padded, num_reqs_padded, num_tokens_unpadded, ubatch_slices=None):
+        # The forward context's slot mappings are read inside the compiled step:
+        # pad them to the step's bucket too, or each token count is a new program.
+        padded = token_bucket(num_tokens_unpadded, self.scheduler_config.max_num_batched_tokens)
+        return super()._get_slot_mappings(padded, num_reqs_padded, num_tokens_unpadded, ubatch_slices)
 
     def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
         # Pad every step to its token bucket, so each bucket's programs compile once.
