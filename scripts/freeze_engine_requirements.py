@@ -22,11 +22,14 @@ def canonical(name: str) -> str:
 
 
 def closure(root: str) -> dict[str, str]:
-    pinned, todo = {}, [root]
+    """Every distribution ``root`` needs, with the extras its requirements ask for, pinned."""
+    pinned, seen, todo = {}, set(), [(root, "")]
     while todo:
-        name = canonical(todo.pop())
-        if name in pinned or name in LEFT_OUT:
+        name, extra = todo.pop()
+        name = canonical(name)
+        if (name, extra) in seen or name in LEFT_OUT:
             continue
+        seen.add((name, extra))
         try:
             dist = md.distribution(name)
         except md.PackageNotFoundError:
@@ -34,8 +37,8 @@ def closure(root: str) -> dict[str, str]:
         pinned[name] = dist.version
         for text in dist.requires or []:
             requirement = Requirement(text)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                todo += [(requirement.name, wanted) for wanted in ("", *requirement.extras)]
     return pinned
 
 

@@ -18,7 +18,7 @@ status=0
   echo "|---|---|"
   grep -E "^(PASSED|FAILED|XFAIL|XPASS|ERROR) " "$log" | sed -E 's/^([A-Z]+) [^[]*\[([^]]*)\].*/| \2 | \1 |/' | sort
   echo
-  echo "Summary: \`$(tail -1 "$log")\`"
+  echo "Summary: \`$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$log" | tail -1 | tr -d '=')\`"
 } > docs/vllm_matrix.md
 cat docs/vllm_matrix.md
 exit $status
