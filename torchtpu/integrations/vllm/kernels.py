@@ -19,7 +19,9 @@ def compute_slot_mapping(num_tokens, max_num_tokens, query_start_loc, positions,
     tokens = torch.arange(num_tokens, device=positions.device, dtype=query_start_loc.dtype)
     request = torch.searchsorted(query_start_loc, tokens, right=True) - 1
     position = positions[:num_tokens]
-    block = block_table[request, position // KV_CACHE_BLOCK_SIZE].to(slot_mapping.dtype)
+    # index_select, not advanced indexing: no bounds check that waits for the device
+    entry = request.to(torch.int64) * block_table_stride + position // KV_CACHE_BLOCK_SIZE
+    block = block_table.reshape(-1).index_select(0, entry).to(slot_mapping.dtype)
     slot_mapping[:num_tokens] = block * KV_CACHE_BLOCK_SIZE + position % KV_CACHE_BLOCK_SIZE
     slot_mapping[num_tokens:max_num_tokens] = PAD_ID
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 
 import torch
@@ -10,6 +11,7 @@ from vllm.config import CUDAGraphMode
 from vllm.forward_context import BatchDescriptor
 from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import AttentionSpec, UniformTypeKVCacheSpecs
+from vllm.v1.utils import CpuGpuBuffer
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
@@ -34,10 +36,30 @@ def cuda_api_on_tpu():
             setattr(torch.cuda, name, value)
 
 
+def copy_whole_buffer(buffer: CpuGpuBuffer, n: int | None = None) -> torch.Tensor:
+    """``CpuGpuBuffer.copy_to_gpu`` for tpu: upload the whole host buffer, not its first ``n`` rows.
+
+    Writing a prefix of a device buffer is a program per ``n``; replacing the
+    buffer is a plain transfer of a fixed size. The rows past ``n`` are unused
+    by the step, whichever values they hold."""
+    buffer.gpu.copy_(buffer.cpu)
+    return buffer.gpu if n is None else buffer.gpu[:n]
+
+
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device: torch.device):
         with cuda_api_on_tpu():
             super().__init__(vllm_config, device)
+        for buffer in self._host_device_buffers():
+            buffer.copy_to_gpu = functools.partial(copy_whole_buffer, buffer)
+
+    def _host_device_buffers(self):
+        """The runner's paired host/device buffers (inputs, positions, block tables, ...)."""
+        owners = [self, self.input_batch, *self.input_batch.block_table.block_tables]
+        for owner in owners:
+            for value in vars(owner).values():
+                if isinstance(value, CpuGpuBuffer):
+                    yield value
 
     def load_model(self, *args, **kwargs) -> None:
         super().load_model(*args, **kwargs)
