@@ -1,4 +1,4 @@
-"""vLLM's V1 GPU model runner on tpu: per-layer KV cache tensors, token-count buckets."""
+"""vLLM's V1 GPU model runner on tpu: per-layer KV cache tensors, a compiled step per token bucket."""
 
 from __future__ import annotations
 
