@@ -61,8 +61,7 @@ class CollectiveWork(dist._Work):
         self._tensors = list(tensors)
         self._arrays = list(arrays)
         self._blocking = blocking
-        self._future = torch.futures.Future()
-        self._future.set_result(self._tensors)
+        self._future = None  # made on request: most callers never ask
 
     def wait(self, timeout=None):
         if self._blocking:
@@ -85,6 +84,9 @@ class CollectiveWork(dist._Work):
         return self._tensors
 
     def get_future(self):
+        if self._future is None:
+            self._future = torch.futures.Future()
+            self._future.set_result(self._tensors)
         return self._future
 
 
@@ -172,6 +174,7 @@ class TpuProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta, global_ranks=(),
                  group_name: str = ""):
         super().__init__(rank, size)
+        self._rank, self._size = rank, size  # the C++ getters cost as much as a small collective's checks
         self._store = dist.PrefixStore("torchtpu/", store)
         self._timeout = timeout
         self._global_ranks = tuple(global_ranks) or tuple(range(size))
@@ -186,6 +189,12 @@ class TpuProcessGroup(dist.ProcessGroup):
         self._lock = threading.RLock()  # keeps the sequence in call order when threads share the group
 
     # -- identity (c10d requires these)
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
 
     def getBackendName(self):
         return "tpu"

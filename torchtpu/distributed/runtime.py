@@ -19,6 +19,8 @@ import socket
 import jax
 import numpy as np
 import torch.distributed as dist
+from jax._src import core  # the global array's abstract value, made once per shape
+from jax._src.array import ArrayImpl
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..core import tensor
@@ -156,16 +158,33 @@ class GroupMesh:
         """This process's block as its shard of a global array (no copy; 0-dim becomes (1,))."""
         if local.ndim == 0:
             local = local.reshape(1)
-        shape = (self.size * local.shape[0], *local.shape[1:])
-        try:
-            return jax.make_array_from_single_device_arrays(shape, self.sharding, [local])
-        except ValueError:  # the block lives elsewhere (another local device): move it once
+        if local.devices() == {self.own_device}:
+            fast = _wrap_shard(self._global_aval(local.shape, local.dtype), self.sharding, local)
+            if fast is not None:
+                return fast
+        else:  # the block lives elsewhere (another local device): move it once
             local = jax.device_put(local, self.own_device)
-            return jax.make_array_from_single_device_arrays(shape, self.sharding, [local])
+        shape = (self.size * local.shape[0], *local.shape[1:])
+        return jax.make_array_from_single_device_arrays(shape, self.sharding, [local])
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 (meshes live as long as their process group)
+    def _global_aval(self, block_shape, dtype):
+        shape = (self.size * block_shape[0], *block_shape[1:])
+        return core.update_aval_with_sharding(core.ShapedArray(shape, dtype, weak_type=False), self.sharding)
 
     @staticmethod
     def local(global_array: jax.Array) -> jax.Array:
         return global_array.addressable_data(0)  # this process holds one shard
+
+
+def _wrap_shard(aval, sharding, local: jax.Array):
+    """``jax.make_array_from_single_device_arrays`` for the one-shard case, without its
+    per-call shape and device checks (``globalize`` made them), which cost as much as a
+    small collective; None where this JAX lacks the constructor."""
+    try:
+        return ArrayImpl(aval, sharding, [local], committed=True, _skip_checks=True)
+    except TypeError:
+        return None
 
 
 # ---- programs ----------------------------------------------------------------------------------
@@ -209,7 +228,7 @@ def inputs_first() -> bool:
 
 def wait_for_inputs(arrays) -> None:
     """Before a program with collectives: wait for its inputs where the platform could reorder it."""
-    if inputs_first():
+    if inputs_first() and not all(a.is_ready() for a in arrays):
         jax.block_until_ready(arrays)
 
 
