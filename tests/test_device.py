@@ -347,3 +347,11 @@ def test_torch_accelerator_memory_functions_answer_for_tpu():
     assert torch.accelerator.get_memory_info() == torch.tpu.mem_get_info()
     torch.accelerator.reset_peak_memory_stats()
     assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+
+
+def test_host_cache_calls_answer_for_tpu():
+    """vLLM's shutdown calls torch.accelerator.empty_host_cache(); PyTorch dereferences the
+    device type's host allocator there (a segfault when none was registered)."""
+    torch.accelerator.empty_host_cache()
+    x = torch.arange(6.0, device="tpu")
+    assert torch.equal(x.cpu(), torch.arange(6.0))  # transfers still work after it

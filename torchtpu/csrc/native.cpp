@@ -16,6 +16,8 @@
 #include <limits>
 #include <vector>
 
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/Functions.h>
@@ -176,6 +178,27 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 
 TpuHooks hooks;  // static lifetime, as the guard
 
+// Host memory for tpu transfers is plain host memory: XLA copies from any host
+// buffer.  torch.accelerator's host-cache calls (vLLM calls empty_host_cache at
+// shutdown) dereference the device type's host allocator, so one must exist.
+struct TpuHostAllocator final : public at::HostAllocator {
+  at::DataPtr allocate(size_t n) override {
+    void* data = n ? c10::alloc_cpu(n) : nullptr;
+    return {data, data, &c10::free_cpu, at::Device(at::kCPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &c10::free_cpu; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}  // nothing is cached
+  at::HostStats get_stats() override { return {}; }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
+};
+
+TpuHostAllocator host_allocator;
+
 // Hooks can be registered once per process: before torch's backend
 // registration, whose Python hooks are then ignored.
 bool install_hooks(pybind11::object resize) {
@@ -183,6 +206,7 @@ bool install_hooks(pybind11::object resize) {
   *resize_callback = std::move(resize);
   if (at::isPrivateUse1HooksRegistered()) return &at::detail::getPrivateUse1Hooks() == &hooks;
   at::RegisterPrivateUse1HooksInterface(&hooks);
+  at::setHostAllocator(kTpu, &host_allocator);
   return true;
 }
 
@@ -204,7 +228,7 @@ at::Tensor empty_at(int64_t address, int64_t nbytes, std::vector<int64_t> size, 
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.attr("API_VERSION") = 3;  // runtime/native.py refuses a stale build
+  m.attr("API_VERSION") = 4;  // runtime/native.py refuses a stale build
   m.def("install_guard", &install_guard, "make the settable C++ guard PrivateUse1's device guard");
   m.def("guard_installed", &guard_installed);
   m.def("install_hooks", &install_hooks, "register the PrivateUse1 hooks, storage resize included");

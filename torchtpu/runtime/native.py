@@ -13,7 +13,7 @@ import warnings
 
 from .. import config
 
-API_VERSION = 3  # csrc/native.cpp's; a build of older sources is ignored
+API_VERSION = 4  # csrc/native.cpp's; a build of older sources is ignored
 
 
 def _load():
