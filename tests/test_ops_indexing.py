@@ -322,3 +322,47 @@ def test_histc():
     check(lambda a: torch.histc(a, bins=4, min=-1, max=1), make((40,)))
     check(lambda a: torch.histc(a, bins=3), torch.full((4,), 2.0))
     check(lambda a: torch.histc(a, bins=6, min=0, max=3), torch.tensor([0.0, 0.5, 3.0, 3.5, -1.0, 1.0]))
+
+
+_NAN_WITH_PAYLOAD = -3  # int16 bits of a bfloat16/float16 NaN with a payload
+
+_BIT_MOVING_WRITES = {
+    "index_copy_": lambda x, src, idx: x.index_copy_(0, idx, src),
+    "index_put_": lambda x, src, idx: x.index_put_((idx,), src),
+    "setitem": lambda x, src, idx: x.__setitem__(idx, src),
+}  # not scatter_: CPU's own scatter_ canonicalises NaNs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("write", sorted(_BIT_MOVING_WRITES))
+def test_indexed_writes_move_16_bit_floats_bit_for_bit(write, dtype):
+    """Copies through an index move bits, as on CPU (NaN payloads kept). On XLA:CPU the
+    16-bit float scatter goes through float32 unless it scatters the bit patterns, which
+    also keeps it in place (no copy of the whole destination)."""
+    results = []
+    for device in ("cpu", "tpu"):
+        x = torch.zeros(6, 3, dtype=dtype, device=device)
+        src = torch.empty(2, 3, dtype=dtype, device=device)
+        src.view(torch.int16).fill_(_NAN_WITH_PAYLOAD)
+        src.view(torch.int16)[1, 0] = 15360  # 1.0 in float16, 1.875 in bfloat16
+        _BIT_MOVING_WRITES[write](x, src, torch.tensor([4, 1], device=device))
+        results.append(x.view(torch.int16).cpu())
+    assert torch.equal(results[1], results[0])
+
+
+def test_index_copy_into_a_bfloat16_cache_under_compile_matches_cpu():
+    """The KV-cache write pattern (a paged cache updated in place inside a compiled step)."""
+    def step(cache, slots, new):
+        cache.view(-1, 4).index_copy_(0, slots, new)
+        return cache.float().sum(dim=(1, 2))
+
+    compiled = torch.compile(step, backend="tpu", dynamic=False)
+    cpu_cache = torch.randn(8, 2, 4).to(torch.bfloat16)
+    tpu_cache = cpu_cache.to("tpu")
+    for k in range(3):
+        slots = torch.tensor([k, 5 + k])
+        new = torch.randn(2, 4).to(torch.bfloat16)
+        expected = step(cpu_cache, slots, new)
+        got = compiled(tpu_cache, slots.to("tpu"), new.to("tpu"))
+        torch.testing.assert_close(got.cpu(), expected)
+        assert torch.equal(tpu_cache.cpu().view(torch.int16), cpu_cache.view(torch.int16))

@@ -24,6 +24,7 @@ import torch
 from jax import lax
 
 from ..core import dtypes
+from ..runtime import device as runtime_device
 from .common import canonical_dim, is_integer
 from .registry import aten, lower
 
@@ -113,6 +114,26 @@ def unsafe_index(self, indices):
     return self[where]
 
 
+# ---- writes that move bits ---------------------------------------------------------------------
+
+
+def set_bits(x, where, values):
+    """``x.at[where].set(values, mode="drop")``, moving the values' bits unchanged.
+
+    XLA:CPU scatters bfloat16 and float16 through float32, converting all of
+    ``x`` and back (NaN payloads canonicalised, float32 copies of the whole
+    operand). There it scatters the 16-bit patterns instead: the bits are kept
+    as by PyTorch's copy, and its two bitcasts copy half as many bytes (XLA:CPU
+    materialises them too). TPU and GPU scatter 16-bit floats natively.
+    """
+    values = jnp.asarray(values).astype(x.dtype)
+    if x.dtype not in (jnp.bfloat16, jnp.float16) or runtime_device.platform() != "cpu":
+        return x.at[where].set(values, mode="drop")
+    bits = lax.bitcast_convert_type(x, jnp.uint16).at[where].set(lax.bitcast_convert_type(values, jnp.uint16),
+                                                                 mode="drop")
+    return lax.bitcast_convert_type(bits, x.dtype)
+
+
 # ---- index_put ----------------------------------------------------------------------------------
 
 
@@ -157,9 +178,10 @@ def index_put(self, indices, values, accumulate=False, unsafe=False):
     values = values.astype(self.dtype)
     if padded is not None:
         values = _pad_values_to_mask(self, indices, values, padded)
-    target = self.at[tuple(slice(None) if i is None else i for i in indices)]
+    where = tuple(slice(None) if i is None else i for i in indices)
     if not accumulate:
-        return target.set(values, mode="drop")
+        return set_bits(self, where, values)
+    target = self.at[where]
     if self.dtype == jnp.bool_:
         return target.max(values, mode="drop")
     return target.add(values, mode="drop")
@@ -222,14 +244,15 @@ def index_add(self, dim, index, source, *, alpha=1):
 
 @lower(aten.index_copy.default)
 def index_copy(self, dim, index, source):
-    _, target = _at_index(self, dim, index)
-    return target.set(_source_along(self, dim, source, index), mode="drop").reshape(self.shape)
+    flat = _flat_if_scalar(self)
+    where = _along(self.ndim, dim, index.reshape(-1))
+    return set_bits(flat, where, _source_along(self, dim, source, index)).reshape(self.shape)
 
 
 @lower(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(self, dim, index, value):
-    _, target = _at_index(self, dim, index)
-    return target.set(jnp.asarray(value).astype(self.dtype), mode="drop").reshape(self.shape)
+    flat = _flat_if_scalar(self)
+    return set_bits(flat, _along(self.ndim, dim, index.reshape(-1)), jnp.asarray(value)).reshape(self.shape)
 
 
 @lower(aten.index_reduce.default)
@@ -295,8 +318,8 @@ def _scatter_target(self, dim, index):
 def scatter(self, dim, index, src=None, value=None):
     src = value if src is None else src
     x, grid = _scatter_target(self, dim, index)
-    block = _source_block(jnp.asarray(src), _flat_if_scalar(index)).astype(x.dtype)
-    return x.at[grid].set(block, mode="drop").reshape(self.shape)
+    block = _source_block(jnp.asarray(src), _flat_if_scalar(index))
+    return set_bits(x, grid, block).reshape(self.shape)
 
 
 @lower(aten.scatter.reduce, aten.scatter.value_reduce)

@@ -15,7 +15,7 @@ from vllm.v1.utils import CpuGpuBuffer
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
-from .attention import kv_cache_shape, token_bucket
+from .attention import kv_cache_shape, kv_storage_dtype, token_bucket
 
 logger = init_logger(__name__)
 
@@ -102,8 +102,8 @@ class TpuModelRunner(GPUModelRunner):
             num_blocks = kv_cache_config.num_blocks_of(tensor)
             for layer_name in tensor.layers:
                 spec = self._layer_spec(kv_cache_config, layer_name)
-                kv_caches[layer_name] = torch.zeros(kv_cache_shape(num_blocks, spec), dtype=spec.dtype,
-                                                    device=self.device)
+                kv_caches[layer_name] = torch.zeros(kv_cache_shape(num_blocks, spec),
+                                                    dtype=kv_storage_dtype(spec.dtype), device=self.device)
         for layer_name, target_layer_name in self.shared_kv_cache_layers.items():
             kv_caches[layer_name] = kv_caches[target_layer_name]
         bind_kv_cache(kv_caches, self.compilation_config.static_forward_context, self.kv_caches,
