@@ -32,7 +32,7 @@ better). **sequences = cpu** counts the greedy continuations equal to vllm
 cpu's, token for token.
 
     .venv/bin/python bench/vllm_offline.py                 # tiny; writes its section of docs/benchmarks.md
-    .venv/bin/python bench/vllm_offline.py --size 100m     # ~125M parameters (slow on 2 cores)
+    .venv/bin/python bench/vllm_offline.py --size 100m     # ~125M parameters (slow on 2 cores); its own section
     .venv/bin/python bench/vllm_offline.py --no-write      # table on stdout only
 """
 
@@ -456,8 +456,9 @@ def main():
     platforms = "; ".join(f"{name}: {r['platform']}" for name, r in rows.items() if isinstance(r, dict))
     from results import how_measured, write_section
 
-    write_section("vllm_offline.py", "\n".join([
-        "## vLLM offline inference: tpu against vLLM's CPU platform", "",
+    section = "vllm_offline.py" if args.size == "tiny" else f"vllm_offline.py --size {args.size}"
+    write_section(section, "\n".join([
+        f"## vLLM offline inference ({args.size} model): tpu against vLLM's CPU platform", "",
         __doc__.split("\n\n", 1)[1].split("    .venv")[0].strip(), "",
         report, "",
         how_measured(command, started, torch.tpu.get_device_name(),

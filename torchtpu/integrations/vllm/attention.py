@@ -74,31 +74,32 @@ def paged_attention(query, kv_cache, block_tables, token_request, token_position
     query ``[T, Hq, D]``; kv_cache ``[blocks, block_size, 2*Hkv, D]``;
     block_tables ``[S, P]`` (the pages of each request); token_request and
     token_position ``[T]`` (a token sees the keys of request
-    ``token_request[t]`` at positions ``<= token_position[t]``). Scores and
-    softmax in float32, as vLLM's GPU kernels accumulate.
+    ``token_request[t]`` at positions ``<= token_position[t]``). Each token
+    gathers its own request's pages, so the work is ``T x P*block_size``
+    whatever the number of requests. Scores and softmax in float32, as vLLM's
+    GPU kernels accumulate.
     """
     tokens, q_heads, head_size = query.shape
     _, block_size, combined_heads, _ = kv_cache.shape
     kv_heads = combined_heads // 2
-    requests, pages = block_tables.shape
-    context = pages * block_size
-    cached = kv_cache[block_tables.reshape(-1)]
+    pages = block_tables.index_select(0, token_request)  # [T, P]: no host-side bounds check
+    context = pages.shape[1] * block_size
+    cached = kv_cache.index_select(0, pages.reshape(-1))
     if cached.dtype == torch.int16:  # bit patterns (kv_storage_dtype) of the model's dtype
         cached = cached.view(query.dtype)
-    cached = cached.reshape(requests, context, combined_heads, head_size).float()
+    cached = cached.reshape(tokens, context, combined_heads, head_size).float()
     keys, values = cached[:, :, 0::2], cached[:, :, 1::2]
     q = query.reshape(tokens, kv_heads, q_heads // kv_heads, head_size).float()
-    scores = torch.einsum("tkgd,slkd->tkgsl", q, keys) * scale
+    scores = torch.einsum("tkgd,tlkd->tkgl", q, keys) * scale
     if soft_cap:
         scores = soft_cap * torch.tanh(scores / soft_cap)
     key_position = torch.arange(context, device=query.device)
-    own_request = token_request[:, None] == torch.arange(requests, device=query.device)
-    visible = own_request[:, :, None] & (key_position <= token_position[:, None, None])
+    visible = key_position <= token_position[:, None]
     if sliding_window is not None:
-        visible &= key_position > token_position[:, None, None] - sliding_window
+        visible &= key_position > token_position[:, None] - sliding_window
     scores = scores.masked_fill(~visible[:, None, None], MASK_VALUE)
-    probs = torch.softmax(scores.flatten(-2), dim=-1).view_as(scores)
-    out = torch.einsum("tkgsl,slkd->tkgd", probs, values)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("tkgl,tlkd->tkgd", probs, values)
     return out.reshape(tokens, q_heads, head_size).to(query.dtype)
 
 

@@ -1,0 +1,70 @@
+"""The torch-op paged attention (the oracle for TPU kernels) against plain causal attention on CPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchtpu.integrations.vllm.attention import build_host_metadata, kv_storage_dtype, paged_attention, \
+    write_kv_cache
+
+BLOCK, KV_HEADS, Q_HEADS, HEAD = 4, 2, 4, 8
+
+
+def _reference(q, k, v, window=None):
+    """Causal attention of the last len(q) positions over all of k and v (one request)."""
+    n, length = q.shape[0], k.shape[0]
+    position = torch.arange(length - n, length)[:, None]
+    key = torch.arange(length)[None, :]
+    mask = key <= position
+    if window is not None:
+        mask &= key > position - window
+    rep = Q_HEADS // KV_HEADS
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.repeat_interleave(rep, 1).transpose(0, 1)[None],
+                                         v.repeat_interleave(rep, 1).transpose(0, 1)[None], attn_mask=mask,
+                                         scale=HEAD ** -0.5)
+    return out[0].transpose(0, 1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [None, 3])
+def test_mixed_prefill_and_decode_batch_matches_causal_attention(device, dtype, window):
+    torch.manual_seed(0)
+    # request 0: 5 cached tokens + 1 new (decode); request 1: a 6-token prefill; request 2: 3 cached + 3 new
+    cached_lens, new_lens = [5, 0, 3], [1, 6, 3]
+    seq_lens = [c + n for c, n in zip(cached_lens, new_lens)]
+    tables = torch.tensor([[3, 1, 0], [2, 5, 0], [4, 6, 0]])
+    keys = [torch.randn(n, KV_HEADS, HEAD) for n in seq_lens]
+    values = [torch.randn(n, KV_HEADS, HEAD) for n in seq_lens]
+    storage = kv_storage_dtype(dtype) if device == "tpu" else dtype
+    cache = torch.zeros(8, BLOCK, 2 * KV_HEADS, HEAD, dtype=storage, device=device)
+
+    def slots(r, positions):
+        return torch.tensor([int(tables[r, p // BLOCK]) * BLOCK + p % BLOCK for p in positions], device=device)
+
+    for r, c in enumerate(cached_lens):  # earlier steps' keys and values
+        if c:
+            write_kv_cache(cache, keys[r][:c].to(device, dtype), values[r][:c].to(device, dtype), slots(r, range(c)))
+    query_start = torch.tensor([0, *torch.tensor(new_lens).cumsum(0).tolist()]).numpy()
+    meta = build_host_metadata(query_start, torch.tensor(seq_lens).numpy(), tables.numpy(), BLOCK,
+                               num_tokens=sum(new_lens), max_tokens=64, max_reqs=4, max_pages=3)
+    meta = {k: torch.from_numpy(v).to(device) for k, v in meta.items()}
+    padded = meta["slot_mapping"].shape[0]
+    new_k = torch.cat([keys[r][c:] for r, c in enumerate(cached_lens)])
+    new_v = torch.cat([values[r][c:] for r, c in enumerate(cached_lens)])
+    pad = padded - new_k.shape[0]
+    new_k, new_v = F.pad(new_k, (0, 0, 0, 0, 0, pad)), F.pad(new_v, (0, 0, 0, 0, 0, pad))
+    queries = [torch.randn(n, Q_HEADS, HEAD) for n in new_lens]
+    query = F.pad(torch.cat(queries), (0, 0, 0, 0, 0, pad))
+    write_kv_cache(cache, new_k.to(device, dtype), new_v.to(device, dtype), meta["slot_mapping"])
+    out = paged_attention(query.to(device, dtype), cache, meta["block_tables"], meta["token_request"],
+                          meta["token_position"], scale=HEAD ** -0.5, sliding_window=window).float().cpu()
+
+    start = 0
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    for r, n in enumerate(new_lens):
+        k, v = keys[r].to(dtype).float(), values[r].to(dtype).float()
+        expected = _reference(queries[r].to(dtype).float(), k, v, window)
+        torch.testing.assert_close(out[start:start + n], expected, **tol)
+        start += n
+    assert torch.isfinite(out[start:]).all()  # padding tokens see no key but stay finite
