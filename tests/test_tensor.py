@@ -487,3 +487,19 @@ def test_float_to_integer_conversion_wraps_like_cpu(dtype, source):
     out = torch.zeros(8, dtype=dtype, device="tpu")
     out.copy_(x.to("tpu"))
     assert torch.equal(out.cpu(), x.to(dtype))
+
+
+def test_a_tensor_written_shard_by_shard_is_read_whole_once_then_free():
+    # vLLM loads merged weights (qkv) shard by shard through slices; each later
+    # read of the whole tensor must not re-gather it (a copy every step).
+    from torchtpu.core import tensor as core
+
+    cpu = torch.randn(6, 4)
+    t = torch.empty(6, 4, device="tpu")
+    t[:2].copy_(cpu[:2].to("tpu"))
+    t[2:].copy_(cpu[2:].to("tpu"))
+    first = core.read(t)
+    assert core.read(t) is first  # the storage now holds the whole tensor's array
+    assert torch.equal(t.cpu(), cpu)
+    view = t.t()  # a view of another layout still reads through it, and leaves the storage alone
+    assert torch.equal(view.cpu(), cpu.t()) and core.read(t) is first

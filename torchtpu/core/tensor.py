@@ -379,14 +379,15 @@ def written_layout(old_dtype, src_layout, dst_layout, value_dtype, nbytes):
     if math.prod(dst_layout[0]) == 0:  # an empty view writes nothing
         return src_layout, old_dtype
     numel = nbytes // jnp.dtype(value_dtype).itemsize
-    covers_all = (
-        is_contiguous_layout(dst_layout)
-        and dst_layout[2] == 0
-        and math.prod(dst_layout[0]) == numel
-    )
-    if covers_all or (src_layout == dst_layout and old_dtype == value_dtype):
+    if covers_storage(dst_layout, value_dtype, nbytes) or (src_layout == dst_layout and old_dtype == value_dtype):
         return dst_layout, jnp.dtype(value_dtype)
     return ((numel,), (1,), 0), _raw_dtype(value_dtype)
+
+
+def covers_storage(layout, dtype, nbytes: int) -> bool:
+    """A contiguous view, from offset 0, of every element of the storage (as ``dtype``)."""
+    return (is_contiguous_layout(layout) and layout[2] == 0
+            and math.prod(layout[0]) == nbytes // jnp.dtype(dtype).itemsize)
 
 
 def with_view_written(array, src_layout, dst_layout, value, nbytes):
@@ -426,10 +427,16 @@ def read(t: torch.Tensor) -> jax.Array:
     dtype = dtypes.to_jax(t.dtype)
     if array is not None and buf.layout == layout and array.dtype == dtype:
         return array
+    nbytes = t.untyped_storage().nbytes()
     with x64():
         if array is None:
             return jnp.zeros(layout[0], dtype)
-        return _reader(buf.layout, layout, dtype, t.untyped_storage().nbytes())(array)
+        value = _reader(buf.layout, layout, dtype, nbytes)(array)
+    if dtype == array.dtype and covers_storage(layout, dtype, nbytes):
+        # The same bytes in this view's shape: keep it as the storage's array, so
+        # reading the whole tensor again (a weight written shard by shard) is free.
+        buf.set(value, layout)
+    return value
 
 
 def holds_whole_buffer(t: torch.Tensor) -> bool:
@@ -467,12 +474,17 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
 
 def from_host(cpu: torch.Tensor) -> torch.Tensor:
     """A new tpu tensor holding a copy of a host tensor (contiguous)."""
+    return from_host_all([cpu])[0]
+
+
+def from_host_all(cpus) -> list[torch.Tensor]:
+    """New tpu tensors holding copies of host tensors, uploaded in one transfer call."""
     # On the CPU platform device_put may alias a suitably aligned numpy buffer:
     # torch_to_numpy's is a private copy, so later writes to the host tensor cannot leak in.
-    host = dtypes.torch_to_numpy(cpu)
+    hosts = [dtypes.torch_to_numpy(cpu) for cpu in cpus]
     with x64():
-        array = jax.device_put(host)
-    return from_array(array, cpu.dtype)
+        arrays = jax.device_put(hosts)
+    return [from_array(array, cpu.dtype) for array, cpu in zip(arrays, cpus)]
 
 
 # Up to this storage size, a view is read by fetching its whole storage and

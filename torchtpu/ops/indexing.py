@@ -20,6 +20,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax import lax
 
@@ -76,25 +77,26 @@ def _first_out_of_range(index, size):
     return jnp.any(bad), flat[jnp.argmax(bad.reshape(-1))]
 
 
-def _check_in_range(self_shape, indices):
-    """CPU's IndexError for an out-of-range index, in eager mode.  Inside a compiled
-    graph the values are not known yet; there, as on CUDA, the check is skipped."""
-    for dim, index in enumerate(indices):
-        if index is None or index.size == 0 or isinstance(index, jax.core.Tracer):
-            continue
-        size = self_shape[dim]
-        bad, value = _first_out_of_range(index, jnp.asarray(size, index.dtype))
-        if bool(bad):
-            raise IndexError(f"index {int(value)} is out of bounds for dimension {dim} with size {size}")
+def _raise_out_of_range(self_shape, indices, positions, bad) -> None:
+    """CPU's IndexError for the first index array with an entry out of range."""
+    for position, out_of_range in zip(positions, bad):
+        if out_of_range:
+            size = self_shape[position]
+            _, value = _first_out_of_range(indices[position], jnp.asarray(size, indices[position].dtype))
+            raise IndexError(f"index {int(value)} is out of bounds for dimension {position} with size {size}")
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
 def _gather_advanced(self, arrays, positions):
-    """self[indices] with None entries as full slices (PyTorch's index.Tensor)."""
+    """self[indices] with None entries as full slices (PyTorch's index.Tensor), and for
+    each index array whether an entry is out of range: one program, one read of the flags."""
     where = [slice(None)] * self.ndim
+    bad = []
     for position, array in zip(positions, arrays):
         where[position] = array
-    return self[tuple(where)]
+        size = self.shape[position]
+        bad.append(jnp.any((array < -size) | (array >= size)))
+    return self[tuple(where)], jnp.stack(bad) if bad else jnp.zeros((0,), bool)
 
 
 @lower(aten.index.Tensor, data_dependent=True)
@@ -102,9 +104,13 @@ def index(self, indices):
     indices = _mask_to_indices(self.shape, indices)
     # PyTorch's meta kernel raises CPU's errors for index dtypes, counts and broadcasting.
     aten.index.Tensor(_meta(self), [None if i is None else _meta(i) for i in indices])
-    _check_in_range(self.shape, indices)
     positions = tuple(p for p, i in enumerate(indices) if i is not None)
-    return _gather_advanced(self, [indices[p] for p in positions], positions)
+    result, bad = _gather_advanced(self, [indices[p] for p in positions], positions)
+    # Eager mode raises CPU's IndexError; inside a compiled graph the values are
+    # not known yet and, as on CUDA, the check is skipped.
+    if not isinstance(bad, jax.core.Tracer) and np.asarray(bad).any():
+        _raise_out_of_range(self.shape, indices, positions, np.asarray(bad))
+    return result
 
 
 @lower(aten._unsafe_index.Tensor)

@@ -17,7 +17,7 @@ from jax.scipy import linalg as jsl
 
 from ..runtime import precision
 from .common import is_complex, is_integer
-from .reduction import accumulator
+from .reduction import HALF_TYPES, accumulator
 from .registry import aten, lower
 
 
@@ -25,10 +25,17 @@ from .registry import aten, lower
 
 
 def _product(subscripts, *operands):
-    """An einsum at the selected precision, in the dtype CPU accumulates in."""
+    """An einsum at the selected precision, in the dtype CPU accumulates in.
+
+    Half-precision operands stay in their dtype and accumulate in float32
+    (``preferred_element_type``): the product of two bfloat16 or float16
+    numbers is exact in float32, so this equals converting them first, without
+    a float32 copy of each operand (a weight, every step), and it is the matrix
+    units' own mode on TPU; XLA:CPU runs it 2x faster than a float32 dot."""
     dtype = jnp.result_type(*operands)
     accumulate = dtype if is_integer(jnp.zeros((), dtype)) else accumulator(dtype)
-    operands = [o.astype(accumulate) for o in operands]
+    compute = dtype if dtype in HALF_TYPES else accumulate
+    operands = [o.astype(compute) for o in operands]
     return jnp.einsum(subscripts, *operands, precision=precision.matmul(), preferred_element_type=accumulate)
 
 

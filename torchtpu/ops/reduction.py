@@ -21,7 +21,7 @@ from ..core import dtypes
 from .common import dims_tuple, canonical_dim, is_complex, is_float, is_integer
 from .registry import aten, lower
 
-_HALF_TYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+HALF_TYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 
 # ---- helpers -----------------------------------------------------------------------
@@ -39,7 +39,7 @@ def _axis(x, dim):
 def accumulator(dtype):
     """The dtype CPU accumulates ``dtype`` in."""
     dtype = jnp.dtype(dtype)
-    if dtype in _HALF_TYPES:
+    if dtype in HALF_TYPES:
         return jnp.dtype(jnp.float32)
     if dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.integer):
         return jnp.dtype(jnp.int64)

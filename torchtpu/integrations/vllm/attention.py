@@ -24,6 +24,7 @@ from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, Attentio
                                        MultipleOf)
 
 from torchtpu.api.bucketing import bucket_size
+from torchtpu.core import tensor
 from torchtpu.runtime import device as runtime_device
 
 from . import ATTENTION_BACKEND
@@ -144,17 +145,24 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
         self.max_pages = -(-vllm_config.model_config.max_model_len // self.block_size)
 
+    # The runner's host copy of this group's block table (``BlockTable.block_table.np``),
+    # set by the tpu model runner: reading the device copy back would wait for the chip.
+    host_block_table: np.ndarray | None = None
+
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False) -> TpuAttentionMetadata:
         meta = common_attn_metadata
         num_reqs = meta.num_reqs
         query_start_loc = meta.query_start_loc_cpu[:num_reqs + 1].numpy()
         num_tokens = int(query_start_loc[-1])
-        seq_lens = meta.seq_lens[:num_reqs].cpu().numpy()
-        block_table = meta.block_table_tensor[:num_reqs].cpu().numpy()
+        # Exact outside speculative decoding, which this backend does not run.
+        seq_lens = (meta.seq_lens[:num_reqs].cpu() if meta.seq_lens_cpu_upper_bound is None
+                    else meta.seq_lens_cpu_upper_bound[:num_reqs]).numpy()
+        block_table = (meta.block_table_tensor[:num_reqs].cpu().numpy() if self.host_block_table is None
+                       else self.host_block_table[:num_reqs])
         arrays = build_host_metadata(query_start_loc, seq_lens, block_table, self.block_size, num_tokens,
                                      self.max_tokens, self.max_reqs, self.max_pages)
-        on_device = {name: torch.from_numpy(a).to(self.device) for name, a in arrays.items()}
-        return TpuAttentionMetadata(num_actual_tokens=num_tokens, **on_device)
+        uploaded = tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])
+        return TpuAttentionMetadata(num_actual_tokens=num_tokens, **dict(zip(arrays, uploaded)))
 
 
 class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):

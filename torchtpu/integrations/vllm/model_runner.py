@@ -12,10 +12,12 @@ from vllm.forward_context import BatchDescriptor
 from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import AttentionSpec, UniformTypeKVCacheSpecs
 from vllm.v1.utils import CpuGpuBuffer
+from vllm.v1.worker.block_table import SlotMappingMode
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
 from .attention import kv_cache_shape, kv_storage_dtype, token_bucket
+from .weights import store_linear_weights_in_out
 
 logger = init_logger(__name__)
 
@@ -50,8 +52,36 @@ class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device: torch.device):
         with cuda_api_on_tpu():
             super().__init__(vllm_config, device)
+        self._install_host_paths()
+
+    def _install_host_paths(self) -> None:
+        """Step inputs prepared on the host and uploaded whole: on tpu each small
+        device op is a program launch, and each new slice length a new program."""
         for buffer in self._host_device_buffers():
             buffer.copy_to_gpu = functools.partial(copy_whole_buffer, buffer)
+        for block_table in self.input_batch.block_table.block_tables:
+            block_table.compute_slot_mapping = functools.partial(self._host_slot_mapping, block_table)
+        for gid, groups in enumerate(getattr(self, "attn_groups", [])):
+            host_table = self.input_batch.block_table[gid].block_table.np
+            for group in groups:
+                for builder in group.metadata_builders:
+                    builder.host_block_table = host_table
+
+    def _host_slot_mapping(self, block_table, num_reqs, query_start_loc, positions) -> None:
+        """``BlockTable.compute_slot_mapping`` from the runner's host arrays, then one upload.
+
+        ``_prepare_inputs`` has filled ``req_indices`` and ``query_pos`` on the
+        host before it asks; padding slots are -1, as vLLM's kernel writes them."""
+        if block_table.slot_mapping_mode == SlotMappingMode.NONE:
+            return
+        num_tokens = positions.shape[0]
+        request = self.req_indices.np[:num_tokens]
+        position = self.input_batch.num_computed_tokens_cpu[request] + self.query_pos.np[:num_tokens]
+        size = block_table.block_size
+        slots = block_table.slot_mapping.np
+        slots[:num_tokens] = block_table.block_table.np[request, position // size] * size + position % size
+        slots[num_tokens:] = -1
+        copy_whole_buffer(block_table.slot_mapping)
 
     def _host_device_buffers(self):
         """The runner's paired host/device buffers (inputs, positions, block tables, ...)."""
@@ -63,6 +93,9 @@ class TpuModelRunner(GPUModelRunner):
 
     def load_model(self, *args, **kwargs) -> None:
         super().load_model(*args, **kwargs)
+        restored = store_linear_weights_in_out(self.model)
+        if restored:
+            logger.info("torchtpu: %d linear weights stored [in, out] (XLA:CPU's fast bfloat16 layout)", restored)
         if not self.model_config.enforce_eager:
             # The CUDA-graph equivalent: one XLA program per step shape (token
             # bucket, requests, pages), compiled at first use, then replayed.
@@ -83,10 +116,20 @@ class TpuModelRunner(GPUModelRunner):
         return sorted({token_bucket(n, limit) for n in range(1, limit + 1)})
 
     def _get_slot_mappings(self, num_tokens_padded, num_reqs_padded, num_tokens_unpadded, ubatch_slices=None):
-        # The forward context's slot mappings are read inside the compiled step:
-        # pad them to the step's bucket too, or each token count is a new program.
+        """Each group's slot mapping, padded to the step's token bucket.
+
+        The forward context's slot mappings reach the compiled step, so they
+        take the bucket's length (or each token count is a new program); the
+        host computation already wrote -1 past the step's tokens, so no fill."""
+        if ubatch_slices is not None:
+            raise NotImplementedError("torchtpu: micro-batching (ubatch slices) is not supported on tpu")
+        groups = getattr(getattr(self, "kv_cache_config", None), "kv_cache_groups", None)
+        if not groups:
+            return None, None
         padded = token_bucket(num_tokens_unpadded, self.scheduler_config.max_num_batched_tokens)
-        return super()._get_slot_mappings(padded, num_reqs_padded, num_tokens_unpadded, ubatch_slices)
+        by_group = {gid: self.input_batch.block_table[gid].slot_mapping.gpu[:padded] for gid in range(len(groups))}
+        by_layer = {name: by_group[gid] for gid, group in enumerate(groups) for name in group.layer_names}
+        return by_group, by_layer
 
     def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
         # Pad every step to its token bucket, so each bucket's programs compile once.
@@ -97,6 +140,7 @@ class TpuModelRunner(GPUModelRunner):
 
     def initialize_kv_cache_tensors(self, kv_cache_config, kernel_block_sizes, kv_cache_allocation_context=None):
         """One native-dtype tensor per layer, in the paged-attention kernel's layout."""
+        self._install_host_paths()  # the input batch and the metadata builders are final now
         kv_caches: dict[str, torch.Tensor] = {}
         for tensor in kv_cache_config.kv_cache_tensors:
             num_blocks = kv_cache_config.num_blocks_of(tensor)
