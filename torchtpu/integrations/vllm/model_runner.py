@@ -6,6 +6,7 @@ import contextlib
 import functools
 import time
 
+import numpy as np
 import torch
 from vllm.config import CUDAGraphMode
 from vllm.forward_context import BatchDescriptor
@@ -52,6 +53,9 @@ class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device: torch.device):
         with cuda_api_on_tpu():
             super().__init__(vllm_config, device)
+        self._check_host_preparation_applies()
+        self._host_positions = np.zeros(self.positions.shape, np.int64)
+        self._host_padding = np.zeros(self.is_padding.shape, np.bool_)
         self._install_host_paths()
 
     def _install_host_paths(self) -> None:
@@ -82,6 +86,75 @@ class TpuModelRunner(GPUModelRunner):
         slots[:num_tokens] = block_table.block_table.np[request, position // size] * size + position % size
         slots[num_tokens:] = -1
         copy_whole_buffer(block_table.slot_mapping)
+
+    def _check_host_preparation_applies(self) -> None:
+        """The features whose inputs :meth:`_prepare_inputs` does not prepare (vLLM's own version does)."""
+        unsupported = {
+            "speculative decoding": self.speculative_config is not None,
+            "multimodal rotary positions (M-RoPE/XD-RoPE)": self.uses_mrope or getattr(self, "uses_xdrope_dim", 0),
+            "prompt embeddings": self.enable_prompt_embeds,
+            "LoRA": self.lora_config is not None,
+            "asynchronous scheduling": self.use_async_scheduling,
+            "context parallelism": self.dcp_world_size > 1 or getattr(self, "pcp_world_size", 1) > 1,
+        }
+        named = [name for name, used in unsupported.items() if used]
+        if named:
+            raise NotImplementedError(f"torchtpu's vLLM runner does not support {', '.join(named)} yet")
+
+    def _prepare_inputs(self, scheduler_output, num_scheduled_tokens: np.ndarray):
+        """vLLM's ``_prepare_inputs`` with every array computed on the host and uploaded whole.
+
+        The same results as the GPU runner's for what this runner supports
+        (:meth:`_check_host_preparation_applies`), without its small device
+        ops: on tpu each is a program launch, and each new request or token
+        count a new program. Returns ``(logits_indices, None, 1)``."""
+        batch = self.input_batch
+        num_reqs = batch.num_reqs
+        total = scheduler_output.total_num_scheduled_tokens
+        batch.block_table.commit_block_table(num_reqs)
+
+        req_indices = np.repeat(self.arange_np[:num_reqs], num_scheduled_tokens)
+        cu_num_tokens = self._get_cumsum_and_arange(num_scheduled_tokens, self.query_pos.np)
+        positions = batch.num_computed_tokens_cpu[req_indices] + self.query_pos.np[:total]
+        token_indices = torch.from_numpy(positions + req_indices * batch.token_ids_cpu.shape[1])
+        torch.index_select(batch.token_ids_cpu_tensor.flatten(), 0, token_indices, out=self.input_ids.cpu[:total])
+
+        self.query_start_loc.np[0] = 0
+        self.query_start_loc.np[1:num_reqs + 1] = cu_num_tokens
+        self.query_start_loc.np[num_reqs + 1:].fill(cu_num_tokens[-1])
+        self.query_start_loc.copy_to_gpu()
+
+        seq_lens = self.optimistic_seq_lens_cpu
+        seq_lens[:num_reqs] = batch.num_computed_tokens_cpu_tensor[:num_reqs] + torch.from_numpy(num_scheduled_tokens)
+        seq_lens[num_reqs:] = 0
+        self._compute_prev_positions(num_reqs)
+        num_tokens = np.array([self.requests[r].num_tokens for r in batch.req_ids], dtype=np.int32)
+        self.discard_request_mask.np[:num_reqs] = seq_lens[:num_reqs].numpy() < num_tokens
+        self.discard_request_mask.copy_to_gpu(num_reqs)
+        self.num_accepted_tokens.np.fill(1)
+        self.num_accepted_tokens.copy_to_gpu()
+
+        self.req_indices.np[:total] = req_indices
+        self.req_indices.copy_to_gpu(total)
+        self.query_pos.copy_to_gpu(total)
+        self.num_scheduled_tokens.np[:num_reqs] = num_scheduled_tokens
+        self.num_scheduled_tokens.copy_to_gpu(num_reqs)
+        self._host_positions[:total] = positions
+        self.positions.copy_(torch.from_numpy(self._host_positions))
+        self.seq_lens.copy_(seq_lens)
+        self.num_computed_tokens.copy_(batch.num_computed_tokens_cpu_tensor[:self.num_computed_tokens.shape[0]])
+        batch.block_table.compute_slot_mapping(num_reqs, self.query_start_loc.gpu[:num_reqs + 1],
+                                               self.positions[:total])
+        self._prepare_input_ids(scheduler_output, num_reqs, total, cu_num_tokens)
+        # The last token of each request samples; an exact-size upload, no program.
+        logits_indices = torch.from_numpy((cu_num_tokens - 1).astype(np.int64)).to(self.device)
+        return logits_indices, None, 1
+
+    def _prepare_padding_mask(self, num_tokens_unpadded: int, num_tokens_padded: int) -> torch.Tensor:
+        self._host_padding[:num_tokens_unpadded] = False
+        self._host_padding[num_tokens_unpadded:] = True
+        self.is_padding.copy_(torch.from_numpy(self._host_padding))
+        return self.is_padding[:num_tokens_padded]
 
     def _host_device_buffers(self):
         """The runner's paired host/device buffers (inputs, positions, block tables, ...)."""
