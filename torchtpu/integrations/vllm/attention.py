@@ -15,11 +15,14 @@ cached keys of its own request at positions up to its own.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import torch
+from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder, AttentionType,
                                        MultipleOf)
 
@@ -104,13 +107,90 @@ def paged_attention(query, kv_cache, block_tables, token_request, token_position
     return out.reshape(tokens, q_heads, head_size).to(query.dtype)
 
 
+# Key positions per step of :func:`chunked_paged_attention`'s loop.
+CHUNK_POSITIONS = 64
+
+
+def chunk_pages(block_size: int) -> int:
+    """Pages per chunk of :func:`chunked_paged_attention` (at least one)."""
+    return max(1, CHUNK_POSITIONS // block_size)
+
+
+def _chunked_attention_jax(query, kv_cache, block_tables, token_request, token_position, num_chunks, *,
+                           scale, sliding_window, soft_cap, per_chunk):
+    """:func:`paged_attention` in JAX, a chunk of pages at a time with an online softmax.
+
+    The loop runs ``num_chunks`` times, a value of the step (its longest
+    sequence), not of the program: one program serves every context length
+    and a step's cost follows its contexts, not ``max_model_len``."""
+    import jax
+    import jax.numpy as jnp
+
+    tokens, q_heads, head_size = query.shape
+    _, block_size, combined_heads, _ = kv_cache.shape
+    kv_heads = combined_heads // 2
+    positions = per_chunk * block_size
+    pages = block_tables[token_request]  # [T, P]: each token's own request's pages
+    q = query.reshape(tokens, kv_heads, q_heads // kv_heads, head_size).astype(jnp.float32)
+
+    def step(chunk, carry):
+        peak, total, acc = carry
+        chunk_pages_ = jax.lax.dynamic_slice_in_dim(pages, chunk * per_chunk, per_chunk, axis=1)
+        cached = kv_cache[chunk_pages_.reshape(-1)]
+        if cached.dtype != query.dtype:  # the int16 bit patterns of a 16-bit float cache
+            cached = jax.lax.bitcast_convert_type(cached, query.dtype)
+        cached = cached.reshape(tokens, positions, kv_heads, 2, head_size).astype(jnp.float32)
+        scores = jnp.einsum("tkgd,tlkd->tkgl", q, cached[..., 0, :]) * scale
+        if soft_cap:
+            scores = soft_cap * jnp.tanh(scores / soft_cap)
+        key_position = chunk * positions + jnp.arange(positions)
+        visible = key_position <= token_position[:, None]
+        if sliding_window is not None:
+            visible &= key_position > token_position[:, None] - sliding_window
+        scores = jnp.where(visible[:, None, None], scores, MASK_VALUE)
+        new_peak = jnp.maximum(peak, scores.max(-1))
+        rescale = jnp.exp(peak - new_peak)
+        weights = jnp.exp(scores - new_peak[..., None])
+        total = total * rescale + weights.sum(-1)
+        acc = acc * rescale[..., None] + jnp.einsum("tkgl,tlkd->tkgd", weights, cached[..., 1, :])
+        return new_peak, total, acc
+
+    shape = (tokens, kv_heads, q_heads // kv_heads)
+    init = (jnp.full(shape, MASK_VALUE, jnp.float32), jnp.zeros(shape, jnp.float32),
+            jnp.zeros(shape + (head_size,), jnp.float32))
+    _, total, acc = jax.lax.fori_loop(0, num_chunks.astype(jnp.int32), step, init)
+    out = acc / jnp.maximum(total, 1e-30)[..., None]
+    return out.reshape(tokens, q_heads, head_size).astype(query.dtype)
+
+
+_op_ids = itertools.count()
+
+
+@functools.lru_cache(maxsize=None)
+def chunked_attention_op(scale: float, sliding_window, soft_cap, block_size: int):
+    """:func:`chunked_paged_attention` of one configuration as a tpu op (its numbers are constants
+    of the program). Make it before tracing: defining an op inside a compiled region fails."""
+    fn = functools.partial(_chunked_attention_jax, scale=float(scale), sliding_window=sliding_window,
+                           soft_cap=soft_cap or None, per_chunk=chunk_pages(block_size))
+    return torch.tpu.pallas.jax_op(f"vllm_paged_attention_{next(_op_ids)}", fn)
+
+
+def chunked_paged_attention(query, kv_cache, block_tables, token_request, token_position, num_chunks, *,
+                            scale: float, sliding_window: int | None = None, soft_cap: float | None = None):
+    """:func:`paged_attention` as one tpu op whose loop stops at the step's longest
+    sequence (``num_chunks`` chunks of :func:`chunk_pages` pages, a 0-dim tensor)."""
+    op = chunked_attention_op(scale, sliding_window, soft_cap, kv_cache.shape[1])
+    return op(query, kv_cache, block_tables, token_request, token_position, num_chunks)
+
+
 @dataclass
 class TpuAttentionMetadata:
     num_actual_tokens: int
     slot_mapping: torch.Tensor     # [T] int64, padding tokens write the reserved null block
     token_request: torch.Tensor    # [T] int64
     token_position: torch.Tensor   # [T] int64, -1 for padding
-    block_tables: torch.Tensor     # [S, P] int64
+    block_tables: torch.Tensor     # [S, P] int64, P a multiple of chunk_pages(block_size)
+    num_chunks: torch.Tensor       # [] int64: chunks of pages that the step's longest sequence spans
 
 
 def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
@@ -129,11 +209,13 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
     used = min(max_pages, block_table.shape[1])
     tables[:num_reqs, :used] = block_table[:num_reqs, :used]
     pad = padded_tokens - num_tokens
+    chunk = chunk_pages(block_size) * block_size
     return {
         "slot_mapping": np.pad(slot, (0, pad)),
         "token_request": np.pad(request, (0, pad)),
         "token_position": np.pad(position, (0, pad), constant_values=-1),
         "block_tables": tables,
+        "num_chunks": np.array(max(1, -(-int(seq_lens.max(initial=0)) // chunk)), np.int64),
     }
 
 
@@ -143,7 +225,8 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         self.block_size = kv_cache_spec.block_size
         self.max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
-        self.max_pages = -(-vllm_config.model_config.max_model_len // self.block_size)
+        pages = -(-vllm_config.model_config.max_model_len // self.block_size)
+        self.max_pages = -(-pages // chunk_pages(self.block_size)) * chunk_pages(self.block_size)
 
     # The runner's host copy of this group's block table (``BlockTable.block_table.np``),
     # set by the tpu model runner: reading the device copy back would wait for the chip.
@@ -184,6 +267,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         self.sliding_window = sliding_window
         self.logits_soft_cap = logits_soft_cap
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        block_size = get_current_vllm_config().cache_config.block_size
+        self.attention = chunked_attention_op(self.scale, sliding_window, logits_soft_cap, block_size)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
@@ -197,9 +282,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
                                f"was padded to {padded}")
         if self.kv_sharing_target_layer_name is None:
             write_kv_cache(kv_cache, key, value, attn_metadata.slot_mapping)
-        out = paged_attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
-                              attn_metadata.token_position, scale=self.scale, sliding_window=self.sliding_window,
-                              soft_cap=self.logits_soft_cap)
+        out = self.attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
+                             attn_metadata.token_position, attn_metadata.num_chunks)
         output.copy_(out.view_as(output))
         return output
 
