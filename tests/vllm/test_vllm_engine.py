@@ -121,8 +121,9 @@ def test_the_compiled_step_compiles_nothing_after_warm_up(llm):
     assert STEP_PROGRAM not in llm.collective_rpc("recompiles")[0]
 
 
-@pytest.mark.xfail(strict=True, reason="the runner's host-side glue (input copies, slot mapping, sampler) still runs "
-                                       "op by op and compiles each op once per new request or token count")
+@pytest.mark.xfail(strict=True, reason="the runner's inputs are prepared on the host, but the logits gather, the "
+                                       "LM head, the sampler and vLLM's padding fills still run op by op and "
+                                       "compile once per new request or token count")
 def test_serving_compiles_nothing_after_warm_up(llm):
     llm.generate(PROMPTS, greedy_params())
     assert llm.collective_rpc("recompiles") == [{}]
