@@ -9,26 +9,13 @@ vLLM's own startup and RPC timeouts.
 from __future__ import annotations
 
 import pytest
-import torch
-import transformers
 
 vllm = pytest.importorskip("vllm", reason="the vLLM extra is not installed (pip install -e '.[vllm]')")
 
-from tiny_models import write_model  # noqa: E402
+from tiny_models import transformers_greedy, write_model  # noqa: E402
 
 PROMPTS = ["the cat sat on the mat", "a dog ran under the big old tree"]
 MAX_TOKENS = 6
-
-
-def _greedy_reference(model_path):
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_path)
-    out = []
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-        tokens = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
-        out.append(tokens[0, ids.shape[1]:].tolist())
-    return out
 
 
 def _generate(model_path, enforce_eager: bool):
@@ -45,4 +32,4 @@ def test_two_way_tensor_parallel_equals_transformers(tmp_path):
     # The compiled step does not run over several ranks yet: the platform runs the model
     # op by op then (a warning), so asking for the compiled step must still give the right tokens.
     model_path = write_model(tmp_path / "tiny_llama", "llama")
-    assert _generate(model_path, enforce_eager=False) == _greedy_reference(model_path)
+    assert _generate(model_path, enforce_eager=False) == transformers_greedy(model_path, PROMPTS, MAX_TOKENS)

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 
 vllm = pytest.importorskip("vllm", reason="the vLLM extra is not installed (pip install -e '.[vllm]')")
 
-from tiny_models import CONFIGS, write_model  # noqa: E402
+from tiny_models import CONFIGS, transformers_greedy, write_model  # noqa: E402
 
 PROMPTS = ["the cat sat on the mat", "a dog ran", "the big red car and the small blue bird sat under the old tree",
            "night"]
 MAX_TOKENS = 8
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def transformers_greedy(path, dtype):
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-    results = []
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-        out = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
-        results.append(out[0, ids.shape[1]:].tolist())
-    return results
 
 
 MOE_XFAIL = pytest.mark.xfail(
@@ -42,7 +30,7 @@ ARCHS = [pytest.param(arch, marks=MOE_XFAIL) if "moe" in arch else arch for arch
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_tokens_equal_transformers(tmp_path, arch, dtype):
     path = write_model(tmp_path, arch)
-    expected = transformers_greedy(path, DTYPES[dtype])
+    expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, DTYPES[dtype])
     llm = vllm.LLM(path, dtype=dtype, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
                    kv_cache_memory_bytes=8 << 20, seed=0)
     try:

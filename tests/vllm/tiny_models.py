@@ -41,3 +41,15 @@ def write_model(folder, arch: str = "llama", seed: int = 0) -> str:
     model.save_pretrained(folder)
     tokenizer().save_pretrained(folder)
     return str(folder)
+
+
+def transformers_greedy(path: str, prompts, max_tokens: int, dtype=torch.float32) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt on CPU (the oracle of the vLLM tests)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    results = []
+    for prompt in prompts:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=0)
+        results.append(out[0, ids.shape[1]:].tolist())
+    return results
