@@ -355,3 +355,16 @@ def test_host_cache_calls_answer_for_tpu():
     torch.accelerator.empty_host_cache()
     x = torch.arange(6.0, device="tpu")
     assert torch.equal(x.cpu(), torch.arange(6.0))  # transfers still work after it
+
+
+def test_an_in_place_op_on_an_empty_slice_compiles_nothing_and_still_checks():
+    base = torch.arange(6.0, device="tpu")
+    before = dict(torch.tpu.compile_stats())
+    for start in range(3, 6):  # vLLM fills padding slices that are often empty
+        base[6:].fill_(7.0)
+        base[start:start].zero_()
+    assert torch.tpu.compile_stats().get("aten.fill_.Scalar", 0) == before.get("aten.fill_.Scalar", 0)
+    assert torch.tpu.compile_stats().get("aten.zero_.default", 0) == before.get("aten.zero_.default", 0)
+    assert base.cpu().tolist() == torch.arange(6.0).tolist()
+    with pytest.raises(RuntimeError, match="broadcast|must match"):  # checked as a non-empty tensor is
+        base[6:].add_(torch.ones(3, device="tpu"))

@@ -121,9 +121,11 @@ def test_the_compiled_step_compiles_nothing_after_warm_up(llm):
     assert STEP_PROGRAM not in llm.collective_rpc("recompiles")[0]
 
 
-@pytest.mark.xfail(strict=True, reason="the runner's inputs are prepared on the host, but the logits gather, the "
-                                       "LM head, the sampler and vLLM's padding fills still run op by op and "
-                                       "compile once per new request or token count")
 def test_serving_compiles_nothing_after_warm_up(llm):
+    """Every program a step runs (model, LM head, sampler of each kind) was compiled at start-up."""
     llm.generate(PROMPTS, greedy_params())
+    llm.generate(PROMPTS[:3], greedy_params(logprobs=2))
+    llm.generate(PROMPTS[:2], vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.7, ignore_eos=True))
+    llm.generate(PROMPTS, vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.7, top_p=0.8, seed=3,
+                                              logprobs=1, ignore_eos=True))
     assert llm.collective_rpc("recompiles") == [{}]

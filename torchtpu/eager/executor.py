@@ -28,6 +28,14 @@ _Tensor = torch.Tensor
 
 # Every eager op's program, by key.
 PROGRAMS = caches.BoundedCache("eager programs")
+# The entry of an in-place op on an empty tensor: checked like any call, then
+# nothing to run (vLLM fills empty padding slices every step).
+WRITES_NOTHING = object()
+
+
+def _writes_nothing(plan: Plan, args) -> bool:
+    return (plan.kind == "inplace" and not plan.lowering.random and isinstance(args[0], _Tensor)
+            and args[0].numel() == 0)
 
 
 def execute(op, args, kwargs):
@@ -40,6 +48,8 @@ def run(plan: Plan, args, kwargs):
         return _run_data_dependent(plan, args, kwargs)
     call = Call(plan, args, kwargs)
     program = PROGRAMS.get(call.key)
+    if program is WRITES_NOTHING:
+        return args[0]
     if program is None:
         if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "tpu":
             runtime_device.index_of(kwargs["device"])  # a factory: this process's chip, not another's
@@ -52,6 +62,9 @@ def run(plan: Plan, args, kwargs):
             parity.check_out_overlap(plan, args, kwargs)
         if plan.kind != "functional":
             parity.check_castable(plan, args, kwargs, metas)
+        if _writes_nothing(plan, args):
+            PROGRAMS[call.key] = WRITES_NOTHING
+            return args[0]
     elif lowering.random:
         parity.check_numbers(plan, program, args, kwargs, call.numbers)
     dynamic = [buf.value for buf, _ in call.storages]  # arrays, or Deferreds in fused mode

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import time
 
@@ -18,11 +19,16 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
 from .attention import kv_cache_shape, kv_storage_dtype, token_bucket
+from .sampler import TpuSampler, install_host_sampling_metadata, request_bucket, request_buckets
 from .weights import store_linear_weights_in_out
 
 logger = init_logger(__name__)
 
 MAX_STEP_PROGRAMS = 64
+# What ``_prepare_inputs`` returns as the step's logits indices: vLLM's
+# ``hidden_states[logits_indices]`` is then the whole of them (a view, no
+# program), and the LM head gathers the sample rows itself (``_logits_of_rows``).
+ALL_ROWS = slice(None)
 
 
 @contextlib.contextmanager
@@ -56,6 +62,8 @@ class TpuModelRunner(GPUModelRunner):
         self._check_host_preparation_applies()
         self._host_positions = np.zeros(self.positions.shape, np.int64)
         self._host_padding = np.zeros(self.is_padding.shape, np.bool_)
+        self._pending_sample_rows: torch.Tensor | None = None
+        self.sampler = TpuSampler(self, self.sampler, compiled=not self.model_config.enforce_eager)
         self._install_host_paths()
 
     def _install_host_paths(self) -> None:
@@ -70,6 +78,8 @@ class TpuModelRunner(GPUModelRunner):
             for group in groups:
                 for builder in group.metadata_builders:
                     builder.host_block_table = host_table
+        if not hasattr(self.input_batch, "original_sampling_metadata"):
+            install_host_sampling_metadata(self.input_batch, self.sampler.logprobs_mode)
 
     def _host_slot_mapping(self, block_table, num_reqs, query_start_loc, positions) -> None:
         """``BlockTable.compute_slot_mapping`` from the runner's host arrays, then one upload.
@@ -96,6 +106,7 @@ class TpuModelRunner(GPUModelRunner):
             "LoRA": self.lora_config is not None,
             "asynchronous scheduling": self.use_async_scheduling,
             "context parallelism": self.dcp_world_size > 1 or getattr(self, "pcp_world_size", 1) > 1,
+            "KV sharing fast prefill": self.cache_config.kv_sharing_fast_prefill,
         }
         named = [name for name, used in unsupported.items() if used]
         if named:
@@ -107,7 +118,9 @@ class TpuModelRunner(GPUModelRunner):
         The same results as the GPU runner's for what this runner supports
         (:meth:`_check_host_preparation_applies`), without its small device
         ops: on tpu each is a program launch, and each new request or token
-        count a new program. Returns ``(logits_indices, None, 1)``."""
+        count a new program. Returns ``(ALL_ROWS, None, 1)``: the sample rows,
+        padded to the request bucket, wait for the LM head in
+        ``_pending_sample_rows``."""
         batch = self.input_batch
         num_reqs = batch.num_reqs
         total = scheduler_output.total_num_scheduled_tokens
@@ -140,15 +153,27 @@ class TpuModelRunner(GPUModelRunner):
         self.num_scheduled_tokens.np[:num_reqs] = num_scheduled_tokens
         self.num_scheduled_tokens.copy_to_gpu(num_reqs)
         self._host_positions[:total] = positions
+        self._host_positions[total:] = 0  # the padding tokens' positions (vLLM zeroes them on the device)
         self.positions.copy_(torch.from_numpy(self._host_positions))
         self.seq_lens.copy_(seq_lens)
         self.num_computed_tokens.copy_(batch.num_computed_tokens_cpu_tensor[:self.num_computed_tokens.shape[0]])
         batch.block_table.compute_slot_mapping(num_reqs, self.query_start_loc.gpu[:num_reqs + 1],
                                                self.positions[:total])
         self._prepare_input_ids(scheduler_output, num_reqs, total, cu_num_tokens)
-        # The last token of each request samples; an exact-size upload, no program.
-        logits_indices = torch.from_numpy((cu_num_tokens - 1).astype(np.int64)).to(self.device)
-        return logits_indices, None, 1
+        # The last token of each request samples; padding rows repeat the last one.
+        rows = np.full(request_bucket(num_reqs, self.max_num_reqs), cu_num_tokens[-1] - 1, np.int64)
+        rows[:num_reqs] = cu_num_tokens - 1
+        self._pending_sample_rows = torch.from_numpy(rows).to(self.device)  # an upload, no program
+        return ALL_ROWS, None, 1
+
+    def _preprocess(self, scheduler_output, num_input_tokens, intermediate_tensors=None):
+        if self.supports_mm_inputs or self.model_config.is_encoder_decoder:
+            return super()._preprocess(scheduler_output, num_input_tokens, intermediate_tensors)
+        # The padding tokens' positions are zero already (host): counting them as
+        # scheduled skips vLLM's zero_ of a slice, a program per token count.
+        all_scheduled = copy.copy(scheduler_output)
+        all_scheduled.total_num_scheduled_tokens = num_input_tokens
+        return super()._preprocess(all_scheduled, num_input_tokens, intermediate_tensors)
 
     def _prepare_padding_mask(self, num_tokens_unpadded: int, num_tokens_padded: int) -> torch.Tensor:
         self._host_padding[:num_tokens_unpadded] = False
@@ -176,6 +201,25 @@ class TpuModelRunner(GPUModelRunner):
             self.model.forward = torch.compile(self.model.forward, backend="tpu", dynamic=False, fullgraph=True)
             # One program per token bucket: there can be more than Dynamo's default 8.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_STEP_PROGRAMS)
+        self._install_logits_of_rows()
+
+    def _install_logits_of_rows(self) -> None:
+        """The model's ``compute_logits``, gathering the step's sample rows first when
+        ``_prepare_inputs`` left them: one program per (token bucket, request bucket)."""
+        compute_logits = self.model.compute_logits
+
+        def logits_of_rows(hidden_states, rows):
+            return compute_logits(hidden_states.index_select(0, rows))
+
+        if not self.model_config.enforce_eager:
+            logits_of_rows = torch.compile(logits_of_rows, backend="tpu", dynamic=False, fullgraph=True)
+        self._logits_of_rows = logits_of_rows
+
+        def compute_step_logits(hidden_states):
+            rows, self._pending_sample_rows = self._pending_sample_rows, None
+            return compute_logits(hidden_states) if rows is None else logits_of_rows(hidden_states, rows)
+
+        self.model.compute_logits = compute_step_logits
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize()
@@ -238,13 +282,24 @@ class TpuModelRunner(GPUModelRunner):
                                       "is not supported on tpu yet")
         return spec
 
+    @torch.inference_mode()  # as serving runs: Dynamo's guards include the grad mode
     def warm_up_buckets(self) -> None:
-        """Run every token bucket once, so serving compiles nothing new."""
+        """Run every token bucket, the LM head of every (token, request) bucket pair and
+        every sampler kind of every request bucket once, so serving compiles nothing new."""
         buckets = self.token_buckets()
         start = time.perf_counter()
+        logits_by_rows = {}
         for i, n in enumerate(buckets, 1):
-            self._dummy_run(n, force_attention=True)
+            hidden_states, _ = self._dummy_run(n, force_attention=True)
+            for rows in request_buckets(self.max_num_reqs):
+                if rows <= n:
+                    logits_by_rows[rows] = self._logits_of_rows(
+                        hidden_states, torch.zeros(rows, dtype=torch.int64).to(self.device))
             logger.info("torchtpu: warmed up token bucket %d (%d/%d, %.1f s)", n, i, len(buckets),
+                        time.perf_counter() - start)
+        for rows, logits in sorted(logits_by_rows.items()):
+            self.sampler.warm_up(logits)
+            logger.info("torchtpu: warmed up the sampler for %d requests (%.1f s)", rows,
                         time.perf_counter() - start)
         torch.tpu.synchronize()
         self.compiles_after_warm_up = dict(torch.tpu.compile_stats())
