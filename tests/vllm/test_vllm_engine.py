@@ -129,3 +129,14 @@ def test_serving_compiles_nothing_after_warm_up(llm):
     llm.generate(PROMPTS, vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.7, top_p=0.8, seed=3,
                                               logprobs=1, ignore_eos=True))
     assert llm.collective_rpc("recompiles") == [{}]
+
+
+def test_a_repetition_penalty_takes_vllms_sampler_and_equals_transformers(llm, model_path):
+    """Penalties are outside the compiled sampler: the step runs vLLM's own, op by op."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_path)
+    ids = tokenizer(PROMPTS[0], return_tensors="pt").input_ids
+    expected = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, repetition_penalty=1.5,
+                              pad_token_id=0)[0, ids.shape[1]:].tolist()
+    out = llm.generate([PROMPTS[0]], greedy_params(repetition_penalty=1.5))[0]
+    assert list(out.outputs[0].token_ids) == expected
