@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
+from vllm import envs
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
 
+from torchtpu import config
+from torchtpu.runtime import compile_cache
 from torchtpu.runtime.device import runtime_memory_stats
 
 logger = init_logger(__name__)
@@ -23,6 +27,9 @@ HOST_KV_CACHE_BYTES = 512 << 20
 
 class TpuWorker(Worker):
     def init_device(self):
+        if not config.current.cache_dir and not envs.VLLM_DISABLE_COMPILE_CACHE:
+            # XLA's persistent cache under vLLM's cache root: a second start skips XLA's compiles.
+            compile_cache.enable_disk_cache(os.path.join(envs.VLLM_CACHE_ROOT, "torchtpu_xla_cache"))
         self.device = torch.device("tpu", self.local_rank)
         current_platform.set_device(self.device)
         current_platform.check_if_supports_dtype(self.model_config.dtype)
