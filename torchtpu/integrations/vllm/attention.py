@@ -11,6 +11,9 @@ so the compiled step has one program per token bucket.
 and is the test oracle. Mixed prefill and decode batches, chunked prefill and
 prefix-cache hits are all the same computation: each token attends to the
 cached keys of its own request at positions up to its own.
+:func:`chunked_paged_attention` runs it as one JAX op; on TPU, JAX's ragged
+paged-attention Pallas kernel runs it instead wherever it takes the layer
+(``pallas_attention.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torchtpu.api.bucketing import bucket_size
 from torchtpu.core import tensor
 from torchtpu.runtime import device as runtime_device
 
-from . import ATTENTION_BACKEND
+from . import ATTENTION_BACKEND, pallas_attention
 
 # A finite "minus infinity": a padding token that sees no key gets a uniform
 # average instead of NaN, so nothing non-finite reaches the cache.
@@ -191,6 +194,10 @@ class TpuAttentionMetadata:
     token_position: torch.Tensor   # [T] int64, -1 for padding
     block_tables: torch.Tensor     # [S, P] int64, P a multiple of chunk_pages(block_size)
     num_chunks: torch.Tensor       # [] int64: chunks of pages that the step's longest sequence spans
+    # The ragged paged-attention kernel's view of the step (pallas_attention.py):
+    kv_lens: torch.Tensor          # [S] int32, each request's sequence length, 0 for padding
+    cu_q_lens: torch.Tensor        # [S + 1] int32, where each request's tokens start, then the token count
+    num_seqs: torch.Tensor         # [1] int32, the requests of the step
 
 
 def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
@@ -216,6 +223,9 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
         "token_position": np.pad(position, (0, pad), constant_values=-1),
         "block_tables": tables,
         "num_chunks": np.array(max(1, -(-int(seq_lens.max(initial=0)) // chunk)), np.int64),
+        "kv_lens": np.pad(seq_lens, (0, max_reqs - num_reqs)).astype(np.int32),
+        "cu_q_lens": np.pad(query_start_loc, (0, max_reqs - num_reqs), mode="edge").astype(np.int32),
+        "num_seqs": np.array([num_reqs], np.int32),
     }
 
 
@@ -267,8 +277,12 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         self.sliding_window = sliding_window
         self.logits_soft_cap = logits_soft_cap
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        block_size = get_current_vllm_config().cache_config.block_size
-        self.attention = chunked_attention_op(self.scale, sliding_window, logits_soft_cap, block_size)
+        vllm_config = get_current_vllm_config()
+        self.attention = chunked_attention_op(self.scale, sliding_window, logits_soft_cap,
+                                              vllm_config.cache_config.block_size)
+        # On TPU (or when a setting asks), JAX's ragged paged-attention Pallas kernel, where it takes the layer.
+        self.pallas = pallas_attention.layer_op(num_heads, self.num_kv_heads, head_size, vllm_config.model_config.dtype,
+                                                self.scale, sliding_window, logits_soft_cap)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
@@ -282,8 +296,12 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
                                f"was padded to {padded}")
         if self.kv_sharing_target_layer_name is None:
             write_kv_cache(kv_cache, key, value, attn_metadata.slot_mapping)
-        out = self.attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
-                             attn_metadata.token_position, attn_metadata.num_chunks)
+        if self.pallas is not None:
+            out = self.pallas(query, kv_cache, attn_metadata.block_tables, attn_metadata.kv_lens,
+                              attn_metadata.cu_q_lens, attn_metadata.num_seqs)
+        else:
+            out = self.attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
+                                 attn_metadata.token_position, attn_metadata.num_chunks)
         output.copy_(out.view_as(output))
         return output
 
