@@ -19,15 +19,9 @@ MAX_TOKENS = 8
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-MOE_XFAIL = pytest.mark.xfail(
-    strict=True, reason="vLLM 0.32's unquantized fused-MoE layer picks no expert kernel on an out-of-tree platform "
-                        "(AttributeError: 'UnquantizedFusedMoEMethod' object has no attribute 'is_monolithic')")
-ARCHS = [pytest.param(arch, marks=MOE_XFAIL) if "moe" in arch else arch for arch in CONFIGS]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", list(CONFIGS))
 def test_greedy_tokens_equal_transformers(tmp_path, arch, dtype):
     path = write_model(tmp_path, arch)
     expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, DTYPES[dtype])

@@ -21,6 +21,11 @@ CONFIGS = {
     "qwen3": lambda: transformers.Qwen3Config(**COMMON),
     "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2,
                                                      moe_intermediate_size=64, decoder_sparse_step=1),
+    "mixtral": lambda: transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2),
+    # shared experts; vLLM's Qwen2-MoE takes head_dim = hidden / heads (transformers reads head_dim): 2 x 32
+    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(**{**COMMON, "num_attention_heads": 2, "num_key_value_heads": 1},
+                                                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                                                     shared_expert_intermediate_size=96),
 }
 
 
@@ -44,12 +49,15 @@ def write_model(folder, arch: str = "llama", seed: int = 0) -> str:
 
 
 def transformers_greedy(path: str, prompts, max_tokens: int, dtype=torch.float32) -> list[list[int]]:
-    """transformers' greedy continuation of each prompt on CPU (the oracle of the vLLM tests)."""
+    """transformers' greedy continuation of each prompt on CPU (the oracle of the vLLM tests).
+
+    Like the tests' vLLM requests (``ignore_eos=True``), it runs past the end-of-sequence token."""
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     results = []
     for prompt in prompts:
         ids = tok(prompt, return_tensors="pt").input_ids
-        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=0)
+        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=0,
+                             eos_token_id=None)
         results.append(out[0, ids.shape[1]:].tolist())
     return results

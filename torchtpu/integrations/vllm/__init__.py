@@ -6,7 +6,8 @@ vLLM finds this package through two entry points (see pyproject.toml):
   which platform to run; it answers torchtpu's platform unless the user opted
   out (``TORCHTPU_VLLM=0``; ``VLLM_TARGET_DEVICE=cpu`` also wins, in vLLM);
 - ``vllm.general_plugins`` -> :func:`register`, run in every vLLM process,
-  which registers the ``TORCHTPU`` attention backend.
+  which registers the ``TORCHTPU`` attention backend and, when tpu is the
+  platform, the mixture-of-experts method (``moe.py``).
 
 Nothing here is imported by ``import torchtpu``.
 """
@@ -28,8 +29,14 @@ def platform_plugin() -> str | None:
 
 
 def register() -> None:
-    """Register the attention backend under its own name (idempotent)."""
+    """Register the attention backend under its own name and tpu's MoE method (idempotent)."""
+    from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     if ATTENTION_BACKEND not in AttentionBackendEnum.__members__:
         register_backend(ATTENTION_BACKEND, _BACKEND_PATH)
+    # An out-of-tree op replaces vLLM's on every platform: only when tpu is the one.
+    if current_platform.device_type == "tpu":
+        from . import moe
+
+        moe.register()

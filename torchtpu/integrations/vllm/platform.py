@@ -103,6 +103,9 @@ class TpuPlatform(Platform):
     def check_and_update_config(cls, vllm_config) -> None:
         from vllm.config import CompilationMode, CUDAGraphMode
 
+        from .moe import check_config as check_moe_config
+
+        check_moe_config(vllm_config)
         cache_config = vllm_config.cache_config
         if not cache_config.user_specified_block_size:
             cache_config.block_size = DEFAULT_BLOCK_SIZE

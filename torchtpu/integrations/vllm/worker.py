@@ -65,6 +65,10 @@ class TpuWorker(Worker):
         """For ``LLM.collective_rpc("recompiles")``: programs compiled since warm-up, by op."""
         return self.model_runner.recompiles()
 
+    def graph_fallbacks(self) -> dict[str, int]:
+        """For ``LLM.collective_rpc("graph_fallbacks")``: compiled graphs that ran op by op instead, by reason."""
+        return dict(torch.tpu.metrics()["graph_fallbacks"])
+
     def _maybe_get_memory_pool_context(self, tag: str):
         # vLLM's sleep-mode memory pool is CUDA's allocator; XLA owns tpu memory.
         return contextlib.nullcontext()
