@@ -16,7 +16,7 @@ import torch
 vllm = pytest.importorskip("vllm", reason="the vLLM extra is not installed (pip install -e '.[vllm]')")
 
 from test_vllm_matrix import MAX_TOKENS, PROMPTS  # noqa: E402
-from tiny_models import CONFIGS, transformers_greedy, write_model  # noqa: E402
+from tiny_models import CONFIGS, tiny_engine, transformers_greedy, vllm_greedy, write_model  # noqa: E402
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock  # noqa: E402
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation  # noqa: E402
 
@@ -113,14 +113,8 @@ def test_vllm_still_hides_moe_layers_behind_an_opaque_op_out_of_tree():
 def test_qwen3_moe_greedy_tokens_equal_transformers_and_serving_compiles_no_step(tmp_path):
     path = write_model(tmp_path, "qwen3_moe")
     expected = transformers_greedy(path, PROMPTS, MAX_TOKENS)
-    llm = vllm.LLM(path, dtype="float32", max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
-                   kv_cache_memory_bytes=8 << 20, seed=0)
-    try:
-        params = vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
-        outputs = llm.generate(PROMPTS, params)
-        assert [list(o.outputs[0].token_ids) for o in outputs] == expected
+    with tiny_engine(path) as llm:
+        assert vllm_greedy(llm, PROMPTS, MAX_TOKENS) == expected
         # the experts are inside the compiled step (no graph ran op by op), which compiles nothing after warm-up
         assert llm.collective_rpc("graph_fallbacks") == [{}]
         assert "compiled graph inference" not in llm.collective_rpc("recompiles")[0]
-    finally:
-        llm.llm_engine.engine_core.shutdown()

@@ -11,7 +11,7 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="the vLLM extra is not installed (pip install -e '.[vllm]')")
 
-from tiny_models import CONFIGS, transformers_greedy, write_model  # noqa: E402
+from tiny_models import CONFIGS, tiny_engine, transformers_greedy, vllm_greedy, write_model  # noqa: E402
 
 PROMPTS = ["the cat sat on the mat", "a dog ran", "the big red car and the small blue bird sat under the old tree",
            "night"]
@@ -25,10 +25,5 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def test_greedy_tokens_equal_transformers(tmp_path, arch, dtype):
     path = write_model(tmp_path, arch)
     expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, DTYPES[dtype])
-    llm = vllm.LLM(path, dtype=dtype, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
-                   kv_cache_memory_bytes=8 << 20, seed=0)
-    try:
-        outputs = llm.generate(PROMPTS, vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True))
-        assert [list(o.outputs[0].token_ids) for o in outputs] == expected
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+    with tiny_engine(path, dtype) as llm:
+        assert vllm_greedy(llm, PROMPTS, MAX_TOKENS) == expected

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -61,3 +63,24 @@ def transformers_greedy(path: str, prompts, max_tokens: int, dtype=torch.float32
                              eos_token_id=None)
         results.append(out[0, ids.shape[1]:].tolist())
     return results
+
+
+@contextlib.contextmanager
+def tiny_engine(path: str, dtype: str = "float32", **kwargs):
+    """A small ``vllm.LLM`` on ``path`` (8 MiB of KV cache, 128 tokens a step), shut down on exit."""
+    import vllm
+
+    llm = vllm.LLM(path, dtype=dtype, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
+                   kv_cache_memory_bytes=8 << 20, seed=0, **kwargs)
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+def vllm_greedy(llm, prompts, max_tokens: int) -> list[list[int]]:
+    """``llm``'s greedy continuation of each prompt, past the end-of-sequence token as the oracle's."""
+    import vllm
+
+    params = vllm.SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+    return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
