@@ -132,9 +132,9 @@ class TpuPlatform(Platform):
         # Async scheduling overlaps CUDA streams; XLA orders a chip's work itself.
         vllm_config.scheduler_config.async_scheduling = False
 
-        # The model runner pads every step to a token-count bucket and runs it
-        # eagerly on tpu (each bucket's programs compile once and are cached);
-        # vLLM's own compilation (inductor, CUDA graphs) does not apply.
+        # The model runner pads every step to a token-count bucket and compiles
+        # it with torchtpu's own torch.compile backend, one XLA program per
+        # bucket; vLLM's own compilation (inductor, CUDA graphs) does not apply.
         compilation_config = vllm_config.compilation_config
         compilation_config.mode = CompilationMode.NONE
         compilation_config.cudagraph_mode = CUDAGraphMode.NONE
