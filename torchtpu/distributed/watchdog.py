@@ -10,6 +10,7 @@ process ends, so that torchrun stops the job instead of waiting forever.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import sys
@@ -37,6 +38,7 @@ class _Entry:
 _entries: collections.deque = collections.deque()
 _start_lock = threading.Lock()
 _thread: threading.Thread | None = None
+_stop = threading.Event()
 
 
 def issued(description: str, timeout_seconds: float) -> _Entry:
@@ -54,6 +56,15 @@ def _start() -> None:
         if _thread is None:
             _thread = threading.Thread(target=_watch, name="torchtpu collective watchdog", daemon=True)
             _thread.start()
+            atexit.register(_stop_at_exit)
+
+
+def _stop_at_exit() -> None:
+    """End the thread before the interpreter finalizes: a daemon thread stopped
+    there while inside XLA's C++ (an array's ``is_ready``) aborts the process
+    ("terminate called ... exception not rethrown") after a clean run."""
+    _stop.set()
+    _thread.join(timeout=4 * POLL_SECONDS)
 
 
 def returned(entry: _Entry, outputs) -> None:
@@ -66,8 +77,7 @@ def abandon(entry: _Entry) -> None:
 
 
 def _watch() -> None:
-    while True:
-        time.sleep(POLL_SECONDS)
+    while not _stop.wait(POLL_SECONDS):
         while _entries and _entries[0].done():  # collectives finish roughly in the order issued
             _entries.popleft()
         now = time.monotonic()
