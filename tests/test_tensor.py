@@ -304,6 +304,26 @@ def test_multiplying_by_a_bool_mask_keeps_signed_zero_and_nan(fn):
     assert torch.equal(actual.signbit(), expected.signbit())
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x + x,
+    lambda x: x.add(x, alpha=1),
+    lambda x: x.add(x, alpha=1j),
+    lambda x: x - x,
+    lambda x: x.sub(x.flip(0), alpha=-1.5),
+    lambda x: torch.rsub(x, x.flip(0)),
+    lambda x: -x,
+    lambda x: x.clone().add_(x),
+], ids=["add", "add_alpha1", "add_alpha1j", "sub", "sub_alpha", "rsub", "neg", "add_"])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_add_sub_neg_give_cpus_signed_zeros(fn, dtype):
+    """CPU adds complex values as x + alpha * y (a complex product even for alpha 1), subtracts as
+    x + (-alpha) * y, and negates as 0 - x: each decides the sign of zero parts (fuzz seed 323856582)."""
+    parts = (-1.0, 1.0, 0.0, -0.0)
+    x = torch.tensor([complex(r, i) for r in parts for i in parts], dtype=dtype)
+    expected, actual = torch.view_as_real(fn(x)), torch.view_as_real(fn(x.to("tpu")).cpu())
+    assert torch.equal(actual, expected) and torch.equal(actual.signbit(), expected.signbit())
+
+
 @pytest.fixture
 def fresh_promotion_cache():
     """Isolate from the cache-key collision pinned by the next test (ops/common.py)."""

@@ -16,7 +16,7 @@ from .registry import aten, lower
 # ---- unary ops that keep integer dtypes ----------------------------------------
 
 for _op, _fn in {
-    aten.neg: jnp.negative,
+    aten.neg: lambda x: jnp.zeros_like(x) - x if is_complex(x) else jnp.negative(x),  # CPU: complex -x is 0 - x
     aten.abs: jnp.abs,
     aten.bitwise_not: lambda x: jnp.invert(x) if x.dtype != jnp.bool_ else jnp.logical_not(x),
     aten.sign: jnp.sign,
@@ -152,6 +152,13 @@ def nan_to_num(x, nan=None, posinf=None, neginf=None):
 
 
 def _scaled(other, alpha):
+    """alpha * other.  CPU multiplies complex values by alpha even when it is 1: (1+0j) * (b-0j) has imaginary
+    part +0 when b > 0, so skipping the product would differ from CPU in the sign of zero."""
+    if jnp.iscomplexobj(other) and not hasattr(alpha, "dtype"):
+        # Spelled out in real parts: XLA folds a complex `other * 1` into `other`.
+        a = complex(1 if alpha is None else alpha)
+        re, im = jnp.real(other), jnp.imag(other)
+        return jax.lax.complex(re * a.real - im * a.imag, im * a.real + re * a.imag)
     return other if alpha is None or (not hasattr(alpha, "dtype") and alpha == 1) else other * alpha
 
 
@@ -166,13 +173,19 @@ def add(x, y, *, alpha=None):
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 @elementwise(2)
 def sub(x, y, *, alpha=None):
+    return _subtract(x, y, alpha)
+
+
+def _subtract(x, y, alpha):
+    if jnp.iscomplexobj(x):  # CPU subtracts complex values as x + (-alpha) * y, which decides the sign of zeros
+        return x + _scaled(y.astype(x.dtype), -(1 if alpha is None else alpha))
     return x - _scaled(y, alpha).astype(x.dtype)
 
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 @elementwise(2)
 def rsub(x, y, *, alpha=None):
-    return y - _scaled(x, alpha).astype(x.dtype)
+    return _subtract(y, x, alpha).astype(x.dtype)
 
 
 @lower(aten.mul.Tensor, aten.mul.Scalar)
