@@ -32,7 +32,11 @@ from hypothesis import strategies as st
 import torchtpu  # noqa: F401
 from torchtpu.core import tensor as tpu_tensor
 
-SEED = int(os.environ.get("TORCHTPU_FUZZ_SEED", random.randrange(1 << 32)))
+# A fixed seed by default, so the test command gives the same verdict on every run; a new seed explores
+# (TORCHTPU_FUZZ_SEED=random, or ./scripts/fuzz.sh for a campaign of them).  Seeds that found bugs are
+# named in the regression tests they left behind.
+_SEED_SETTING = os.environ.get("TORCHTPU_FUZZ_SEED", "323856582")
+SEED = random.randrange(1 << 32) if _SEED_SETTING == "random" else int(_SEED_SETTING)
 EXAMPLES = int(os.environ.get("TORCHTPU_FUZZ_EXAMPLES", 2000))
 print(f"test_views_fuzz: hypothesis seed {SEED} (set TORCHTPU_FUZZ_SEED={SEED} to replay)")
 

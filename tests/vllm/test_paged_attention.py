@@ -26,18 +26,22 @@ def _reference(q, k, v, window=None):
     return out[0].transpose(0, 1)
 
 
-IMPLEMENTATIONS = [("torch ops", "cpu"), ("torch ops", "tpu"), ("chunked", "tpu")]
+IMPLEMENTATIONS = [("torch ops", "cpu"), ("torch ops", "tpu"), ("chunked", "tpu"), ("chunked, cache only", "tpu")]
 
 
 @pytest.mark.parametrize("implementation,device", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", [None, 3])
-def test_mixed_prefill_and_decode_batch_matches_causal_attention(implementation, device, dtype, window, monkeypatch):
-    # Chunks of 2 pages (8 positions): the sequences below span 1 and 2 chunks.
+@pytest.mark.parametrize("cached_lens,new_lens,cached_chunks,num_chunks", [
+    # request 0: 5 cached tokens + 1 new (decode); request 1: a 6-token prefill; request 2: 6 cached + 3 new.
+    # Chunks of 2 pages (8 positions): the longest cached prefix spans one, the longest sequence two.
+    ([5, 0, 6], [1, 6, 3], 1, 2),
+    ([0, 0, 0], [1, 6, 9], 0, 2),  # prefills only: nothing is read from the cache
+], ids=["mixed", "prefills"])
+def test_mixed_prefill_and_decode_batch_matches_causal_attention(implementation, device, dtype, window, cached_lens,
+                                                                  new_lens, cached_chunks, num_chunks, monkeypatch):
     monkeypatch.setattr(attention, "CHUNK_POSITIONS", 2 * BLOCK)
     torch.manual_seed(0)
-    # request 0: 5 cached tokens + 1 new (decode); request 1: a 6-token prefill; request 2: 6 cached + 3 new
-    cached_lens, new_lens = [5, 0, 6], [1, 6, 3]
     seq_lens = [c + n for c, n in zip(cached_lens, new_lens)]
     tables = torch.tensor([[3, 1, 0, 0], [2, 5, 0, 0], [4, 6, 7, 0]])
     keys = [torch.randn(n, KV_HEADS, HEAD) for n in seq_lens]
@@ -63,12 +67,19 @@ def test_mixed_prefill_and_decode_batch_matches_causal_attention(implementation,
     queries = [torch.randn(n, Q_HEADS, HEAD) for n in new_lens]
     query = F.pad(torch.cat(queries), (0, 0, 0, 0, 0, pad))
     write_kv_cache(cache, new_k.to(device, dtype), new_v.to(device, dtype), meta["slot_mapping"])
-    args = (query.to(device, dtype), cache, meta["block_tables"], meta["token_request"], meta["token_position"])
-    if implementation == "chunked":
-        assert int(meta["num_chunks"]) == 2  # the longest sequence, 6 + 3 = 9 positions, spans two chunks
-        out = chunked_paged_attention(*args, meta["num_chunks"], scale=HEAD ** -0.5, sliding_window=window)
+    query = query.to(device, dtype)
+    table_args = (meta["block_tables"], meta["token_request"], meta["token_position"])
+    if implementation == "chunked":  # the step's keys as given, the cached ones from the cache
+        assert int(meta["cached_chunks"]) == cached_chunks
+        out = chunked_paged_attention(query, new_k.to(device, dtype), new_v.to(device, dtype), cache, *table_args,
+                                      meta["token_cached"], meta["cached_chunks"], scale=HEAD ** -0.5,
+                                      sliding_window=window)
+    elif implementation == "chunked, cache only":  # a layer reading another's cache: every key from the cache
+        assert int(meta["num_chunks"]) == num_chunks
+        out = chunked_paged_attention(query, None, None, cache, *table_args, meta["token_cached"],
+                                      meta["num_chunks"], scale=HEAD ** -0.5, sliding_window=window)
     else:
-        out = paged_attention(*args, scale=HEAD ** -0.5, sliding_window=window)
+        out = paged_attention(query, cache, *table_args, scale=HEAD ** -0.5, sliding_window=window)
     out = out.float().cpu()
 
     start = 0

@@ -119,13 +119,46 @@ def chunk_pages(block_size: int) -> int:
     return max(1, CHUNK_POSITIONS // block_size)
 
 
-def _chunked_attention_jax(query, kv_cache, block_tables, token_request, token_position, num_chunks, *,
-                           scale, sliding_window, soft_cap, per_chunk):
-    """:func:`paged_attention` in JAX, a chunk of pages at a time with an online softmax.
+def _scores(q, keys, scale, soft_cap, visible, equation):
+    """Masked attention scores in float32, ``visible`` broadcast over the heads."""
+    import jax.numpy as jnp
 
-    The loop runs ``num_chunks`` times, a value of the step (its longest
-    sequence), not of the program: one program serves every context length
-    and a step's cost follows its contexts, not ``max_model_len``."""
+    scores = jnp.einsum(equation, q, keys) * scale
+    if soft_cap:
+        scores = soft_cap * jnp.tanh(scores / soft_cap)
+    return jnp.where(visible[:, None, None], scores, MASK_VALUE)
+
+
+def _accumulate(carry, scores, values, equation):
+    """One block of an online softmax: fold ``scores`` and their ``values`` into (peak, total, acc)."""
+    import jax.numpy as jnp
+
+    peak, total, acc = carry
+    new_peak = jnp.maximum(peak, scores.max(-1))
+    rescale = jnp.exp(peak - new_peak)
+    weights = jnp.exp(scores - new_peak[..., None])
+    total = total * rescale + weights.sum(-1)
+    acc = acc * rescale[..., None] + jnp.einsum(equation, weights, values)
+    return new_peak, total, acc
+
+
+def _in_window(key_position, token_position, sliding_window):
+    return True if sliding_window is None else key_position > token_position[:, None] - sliding_window
+
+
+def _chunked_attention_jax(query, key, value, kv_cache, block_tables, token_request, token_position, token_cached,
+                           num_chunks, *, scale, sliding_window, soft_cap, per_chunk):
+    """:func:`paged_attention` in JAX, in two parts joined by an online softmax.
+
+    1. The step's own keys (``key``/``value``, ``[T, Hkv, D]``): each token sees
+       those of its request at positions up to its own. A prefill reads no cache.
+    2. The keys its request cached in earlier steps, positions below
+       ``token_cached[t]``, a chunk of pages at a time. The loop runs
+       ``num_chunks`` times, a value of the step (its longest cached prefix),
+       not of the program: one program serves every context length.
+
+    With ``key=None`` part 1 is skipped and part 2 reads every key up to the
+    token's own position from the cache (a layer sharing another's cache)."""
     import jax
     import jax.numpy as jnp
 
@@ -135,55 +168,65 @@ def _chunked_attention_jax(query, kv_cache, block_tables, token_request, token_p
     positions = per_chunk * block_size
     pages = block_tables[token_request]  # [T, P]: each token's own request's pages
     q = query.reshape(tokens, kv_heads, q_heads // kv_heads, head_size).astype(jnp.float32)
+    shape = (tokens, kv_heads, q_heads // kv_heads)
+    carry = (jnp.full(shape, MASK_VALUE, jnp.float32), jnp.zeros(shape, jnp.float32),
+             jnp.zeros(shape + (head_size,), jnp.float32))
+    if key is None:
+        cached_limit = token_position + 1
+    else:
+        cached_limit = token_cached
+        same_request = token_request[:, None] == token_request[None, :]
+        visible = same_request & (token_position[None, :] <= token_position[:, None]) & (token_position[None, :] >= 0)
+        visible &= _in_window(token_position[None, :], token_position, sliding_window)
+        scores = _scores(q, key.astype(jnp.float32), scale, soft_cap, visible, "tkgd,skd->tkgs")
+        carry = _accumulate(carry, scores, value.astype(jnp.float32), "tkgs,skd->tkgd")
 
     def step(chunk, carry):
-        peak, total, acc = carry
         chunk_pages_ = jax.lax.dynamic_slice_in_dim(pages, chunk * per_chunk, per_chunk, axis=1)
         cached = kv_cache[chunk_pages_.reshape(-1)]
         if cached.dtype != query.dtype:  # the int16 bit patterns of a 16-bit float cache
             cached = jax.lax.bitcast_convert_type(cached, query.dtype)
         cached = cached.reshape(tokens, positions, kv_heads, 2, head_size).astype(jnp.float32)
-        scores = jnp.einsum("tkgd,tlkd->tkgl", q, cached[..., 0, :]) * scale
-        if soft_cap:
-            scores = soft_cap * jnp.tanh(scores / soft_cap)
         key_position = chunk * positions + jnp.arange(positions)
-        visible = key_position <= token_position[:, None]
-        if sliding_window is not None:
-            visible &= key_position > token_position[:, None] - sliding_window
-        scores = jnp.where(visible[:, None, None], scores, MASK_VALUE)
-        new_peak = jnp.maximum(peak, scores.max(-1))
-        rescale = jnp.exp(peak - new_peak)
-        weights = jnp.exp(scores - new_peak[..., None])
-        total = total * rescale + weights.sum(-1)
-        acc = acc * rescale[..., None] + jnp.einsum("tkgl,tlkd->tkgd", weights, cached[..., 1, :])
-        return new_peak, total, acc
+        visible = (key_position < cached_limit[:, None]) & _in_window(key_position, token_position, sliding_window)
+        scores = _scores(q, cached[..., 0, :], scale, soft_cap, visible, "tkgd,tlkd->tkgl")
+        return _accumulate(carry, scores, cached[..., 1, :], "tkgl,tlkd->tkgd")
 
-    shape = (tokens, kv_heads, q_heads // kv_heads)
-    init = (jnp.full(shape, MASK_VALUE, jnp.float32), jnp.zeros(shape, jnp.float32),
-            jnp.zeros(shape + (head_size,), jnp.float32))
-    _, total, acc = jax.lax.fori_loop(0, num_chunks.astype(jnp.int32), step, init)
+    _, total, acc = jax.lax.fori_loop(0, num_chunks.astype(jnp.int32), step, carry)
     out = acc / jnp.maximum(total, 1e-30)[..., None]
     return out.reshape(tokens, q_heads, head_size).astype(query.dtype)
+
+
+def _without_step_keys(attention, query, *cache_args):
+    return attention(query, None, None, *cache_args)
 
 
 _op_ids = itertools.count()
 
 
 @functools.lru_cache(maxsize=None)
-def chunked_attention_op(scale: float, sliding_window, soft_cap, block_size: int):
+def chunked_attention_op(scale: float, sliding_window, soft_cap, block_size: int, step_keys: bool = True):
     """:func:`chunked_paged_attention` of one configuration as a tpu op (its numbers are constants
-    of the program). Make it before tracing: defining an op inside a compiled region fails."""
+    of the program). Make it before tracing: defining an op inside a compiled region fails.
+    ``step_keys=False`` makes the op read every key from the cache (it then takes no key and value)."""
     fn = functools.partial(_chunked_attention_jax, scale=float(scale), sliding_window=sliding_window,
                            soft_cap=soft_cap or None, per_chunk=chunk_pages(block_size))
+    if not step_keys:
+        fn = functools.partial(_without_step_keys, fn)
     return torch.tpu.pallas.jax_op(f"vllm_paged_attention_{next(_op_ids)}", fn)
 
 
-def chunked_paged_attention(query, kv_cache, block_tables, token_request, token_position, num_chunks, *,
-                            scale: float, sliding_window: int | None = None, soft_cap: float | None = None):
-    """:func:`paged_attention` as one tpu op whose loop stops at the step's longest
-    sequence (``num_chunks`` chunks of :func:`chunk_pages` pages, a 0-dim tensor)."""
-    op = chunked_attention_op(scale, sliding_window, soft_cap, kv_cache.shape[1])
-    return op(query, kv_cache, block_tables, token_request, token_position, num_chunks)
+def chunked_paged_attention(query, key, value, kv_cache, block_tables, token_request, token_position, token_cached,
+                            num_chunks, *, scale: float, sliding_window: int | None = None,
+                            soft_cap: float | None = None):
+    """:func:`paged_attention` as one tpu op: each token's attention over the step's keys ``key``/``value``
+    (``[T, Hkv, D]``) and over its request's ``token_cached[t]`` keys cached in earlier steps, read a chunk
+    of :func:`chunk_pages` pages at a time for ``num_chunks`` chunks (a 0-dim tensor: the step's longest
+    cached prefix). With ``key=None`` every key is read from the cache and ``num_chunks`` must cover the
+    step's longest sequence."""
+    op = chunked_attention_op(scale, sliding_window, soft_cap, kv_cache.shape[1], step_keys=key is not None)
+    step_keys = () if key is None else (key, value)
+    return op(query, *step_keys, kv_cache, block_tables, token_request, token_position, token_cached, num_chunks)
 
 
 @dataclass
@@ -192,7 +235,9 @@ class TpuAttentionMetadata:
     slot_mapping: torch.Tensor     # [T] int64, padding tokens write the reserved null block
     token_request: torch.Tensor    # [T] int64
     token_position: torch.Tensor   # [T] int64, -1 for padding
+    token_cached: torch.Tensor     # [T] int64, the positions of the token's request cached before this step
     block_tables: torch.Tensor     # [S, P] int64, P a multiple of chunk_pages(block_size)
+    cached_chunks: torch.Tensor    # [] int64: chunks of pages that the step's longest cached prefix spans
     num_chunks: torch.Tensor       # [] int64: chunks of pages that the step's longest sequence spans
     # The ragged paged-attention kernel's view of the step (pallas_attention.py):
     kv_lens: torch.Tensor          # [S] int32, each request's sequence length, 0 for padding
@@ -208,9 +253,9 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
     num_reqs = len(seq_lens)
     padded_tokens = token_bucket(num_tokens, max_tokens)
     query_lens = np.diff(query_start_loc)
+    cached_lens = seq_lens - query_lens  # positions each request cached in earlier steps
     request = np.repeat(np.arange(num_reqs), query_lens)
-    position = np.arange(num_tokens) - np.repeat(query_start_loc[:-1], query_lens) \
-        + np.repeat(seq_lens - query_lens, query_lens)
+    position = np.arange(num_tokens) - np.repeat(query_start_loc[:-1], query_lens) + np.repeat(cached_lens, query_lens)
     slot = block_table[request, position // block_size].astype(np.int64) * block_size + position % block_size
     tables = np.zeros((max_reqs, max_pages), np.int64)
     used = min(max_pages, block_table.shape[1])
@@ -221,7 +266,9 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
         "slot_mapping": np.pad(slot, (0, pad)),
         "token_request": np.pad(request, (0, pad)),
         "token_position": np.pad(position, (0, pad), constant_values=-1),
+        "token_cached": np.pad(np.repeat(cached_lens, query_lens), (0, pad)).astype(np.int64),
         "block_tables": tables,
+        "cached_chunks": np.array(-(-int(cached_lens.max(initial=0)) // chunk), np.int64),
         "num_chunks": np.array(max(1, -(-int(seq_lens.max(initial=0)) // chunk)), np.int64),
         "kv_lens": np.pad(seq_lens, (0, max_reqs - num_reqs)).astype(np.int32),
         "cu_q_lens": np.pad(query_start_loc, (0, max_reqs - num_reqs), mode="edge").astype(np.int32),
@@ -278,8 +325,10 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         self.logits_soft_cap = logits_soft_cap
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         vllm_config = get_current_vllm_config()
+        # A layer that reads another layer's cache (KV sharing) reads every key from it.
         self.attention = chunked_attention_op(self.scale, sliding_window, logits_soft_cap,
-                                              vllm_config.cache_config.block_size)
+                                              vllm_config.cache_config.block_size,
+                                              step_keys=kv_sharing_target_layer_name is None)
         # On TPU (or when a setting asks), JAX's ragged paged-attention Pallas kernel, where it takes the layer.
         self.pallas = pallas_attention.layer_op(num_heads, self.num_kv_heads, head_size, vllm_config.model_config.dtype,
                                                 self.scale, sliding_window, logits_soft_cap)
@@ -299,9 +348,13 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         if self.pallas is not None:
             out = self.pallas(query, kv_cache, attn_metadata.block_tables, attn_metadata.kv_lens,
                               attn_metadata.cu_q_lens, attn_metadata.num_seqs)
+        elif self.kv_sharing_target_layer_name is None:
+            out = self.attention(query, key, value, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
+                                 attn_metadata.token_position, attn_metadata.token_cached,
+                                 attn_metadata.cached_chunks)
         else:
             out = self.attention(query, kv_cache, attn_metadata.block_tables, attn_metadata.token_request,
-                                 attn_metadata.token_position, attn_metadata.num_chunks)
+                                 attn_metadata.token_position, attn_metadata.token_cached, attn_metadata.num_chunks)
         output.copy_(out.view_as(output))
         return output
 
