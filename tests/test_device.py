@@ -177,6 +177,36 @@ def test_events_and_elapsed_time():
     assert isinstance(recorded, torch.tpu.Event)
 
 
+@pytest.mark.parametrize("sync", ["event", "device"])
+def test_non_blocking_copy_to_host_holds_the_value_at_the_copy_after_a_sync(sync):
+    """As on CUDA: ``.to("cpu", non_blocking=True)`` returns at once; after a synchronize
+    that covers it, the CPU tensor holds the value the tensor had at the copy."""
+    cpu = torch.arange(12.0).reshape(3, 4)
+    x = cpu.to("tpu")
+    copies = [x.t().to("cpu", non_blocking=True), x[1:, ::2].to("cpu", torch.int32, non_blocking=True)]
+    event = torch.tpu.Event()
+    event.record()
+    x.add_(100)  # queued after the copies: they must not see it
+    assert not event.query()  # the copies' host tensors are not filled yet
+    event.synchronize() if sync == "event" else torch.tpu.synchronize()
+    assert event.query()
+    assert torch.equal(copies[0], cpu.t()) and torch.equal(copies[1], cpu[1:, ::2].to(torch.int32))
+    assert copies[1].dtype == torch.int32 and copies[0].stride() == cpu.t().clone().stride()
+    assert torch.equal(x.cpu(), cpu + 100)
+
+
+def test_an_event_waits_only_for_work_queued_before_it():
+    early = torch.ones(4, device="tpu") * 2
+    event = torch.tpu.Event()
+    event.record()
+    late = early.to("cpu", non_blocking=True)  # started after the record
+    event.synchronize()
+    later = torch.tpu.Event()
+    later.record()
+    later.synchronize()
+    assert torch.equal(late, torch.full((4,), 2.0))
+
+
 # ---- RNG -----------------------------------------------------------------------------
 
 

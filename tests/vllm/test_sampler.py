@@ -52,8 +52,9 @@ def test_greedy_tokens_and_logprobs_equal_cpu(compiled):
     logprobs = logits.log_softmax(-1)
     top_values, top_ids = logprobs.topk(4, -1)
     expected_tokens = logits.argmax(-1)
-    assert torch.equal(tokens.cpu(), expected_tokens)
-    assert torch.equal(ids.cpu(), torch.cat((expected_tokens[:, None], top_ids), 1))
+    assert tokens.shape == (8, 1) and tokens.dtype == ids.dtype == torch.int32  # vLLM's layouts
+    assert torch.equal(tokens.cpu().flatten().long(), expected_tokens)
+    assert torch.equal(ids.cpu().long(), torch.cat((expected_tokens[:, None], top_ids), 1))
     torch.testing.assert_close(values.cpu(), torch.cat((logprobs.gather(-1, expected_tokens[:, None]), top_values), 1))
     assert torch.equal(ranks.cpu(), torch.ones(8, dtype=torch.int64))  # the argmax ranks first
 
@@ -69,7 +70,7 @@ def test_random_tokens_follow_the_softmax_of_the_kept_tokens(top_k, top_p):
     kept = torch.isfinite(apply_top_k_top_p((logits / temperature)[None].clone(), torch.tensor([top_k]),
                                             torch.tensor([top_p])))[0]
     expected = torch.where(kept, logits / temperature, float("-inf")).softmax(-1)
-    frequency = torch.bincount(tokens.cpu(), minlength=VOCAB).float() / rows
+    frequency = torch.bincount(tokens.cpu().flatten(), minlength=VOCAB).float() / rows
     assert (frequency[~kept] == 0).all()
     assert (frequency - expected).abs().max() < 0.03, (frequency, expected)
 
@@ -79,13 +80,13 @@ def test_seeded_rows_repeat_and_the_counter_moves_them_on():
     sample = _sampler(kind, compiled=True)
     logits = torch.zeros(8, VOCAB, device="tpu")  # uniform: every token equally likely
     salts = torch.zeros(8, dtype=torch.int64)  # a request's own generator: the row does not matter
-    first, again = (sample(logits, *_inputs(8, seed=1234, salts=salts))[0].cpu() for _ in range(2))
-    later = sample(logits, *_inputs(8, seed=1234, offset=4, salts=salts))[0].cpu()
-    other_seed = sample(logits, *_inputs(8, seed=99, salts=salts))[0].cpu()
+    first, again = (sample(logits, *_inputs(8, seed=1234, salts=salts))[0].cpu().flatten() for _ in range(2))
+    later = sample(logits, *_inputs(8, seed=1234, offset=4, salts=salts))[0].cpu().flatten()
+    other_seed = sample(logits, *_inputs(8, seed=99, salts=salts))[0].cpu().flatten()
     assert torch.equal(first, again)
     assert (first == first[0]).all()  # same seed and counter: the same draw in every row
     assert later[0] != first[0] or other_seed[0] != first[0]
-    rows = sample(logits, *_inputs(8))[0].cpu()  # the global stream: each row its own salt
+    rows = sample(logits, *_inputs(8))[0].cpu().flatten()  # the global stream: each row its own salt
     assert len(set(rows.tolist())) > 1
 
 
@@ -96,4 +97,4 @@ def test_greedy_rows_of_a_random_batch_take_the_argmax():
     temperature = torch.tensor([0.0, 1.0] * 4, device="tpu")
     (tokens,) = _sampler(SamplingKind(random=True, top_k_top_p=True), compiled=True)(
         logits.to("tpu"), temperature, top_k, top_p, seeds, offsets, salts)
-    assert torch.equal(tokens.cpu()[0::2], logits.argmax(-1)[0::2])
+    assert torch.equal(tokens.cpu().flatten().long()[0::2], logits.argmax(-1)[0::2])

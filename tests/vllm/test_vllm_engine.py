@@ -62,9 +62,22 @@ def greedy_params(**kwargs):
 
 
 def test_greedy_tokens_equal_transformers_for_prompts_of_different_lengths(llm, reference):
+    # vLLM's default, asynchronous scheduling: the host prepares a step while the device runs the last one
+    assert llm.llm_engine.vllm_config.scheduler_config.async_scheduling
     outputs = llm.generate(PROMPTS, greedy_params())
     for prompt, out in zip(PROMPTS, outputs):
         assert list(out.outputs[0].token_ids) == reference(prompt)[0], prompt
+
+
+def test_synchronous_scheduling_gives_the_same_tokens(model_path, reference):
+    engine = vllm.LLM(model_path, dtype="float32", max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8,
+                      kv_cache_memory_bytes=8 << 20, async_scheduling=False, seed=0)
+    try:
+        assert not engine.llm_engine.vllm_config.scheduler_config.async_scheduling
+        for prompt, out in zip(PROMPTS, engine.generate(PROMPTS, greedy_params())):
+            assert list(out.outputs[0].token_ids) == reference(prompt)[0], prompt
+    finally:
+        engine.llm_engine.engine_core.shutdown()
 
 
 def test_logprobs_of_greedy_tokens_match_transformers(llm, reference):

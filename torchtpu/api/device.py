@@ -91,6 +91,7 @@ def synchronize(device=None) -> None:
     metrics.host_syncs["synchronize"] += 1
     context.current().flush("synchronize")
     tensor.wait_for_dispatched()
+    tensor.finish_host_copies()
 
 
 def _is_in_bad_fork() -> bool:

@@ -12,6 +12,8 @@ import time
 
 import torch
 
+from ..core import tensor
+from ..runtime import context
 from ..runtime.device import index_of as _index
 from .device import synchronize
 
@@ -121,21 +123,28 @@ def stream(s) -> StreamContext:
 
 
 class Event:
+    """A point in the device's queue, with CUDA's API: synchronize waits for the work queued before
+    ``record`` (not for work queued after it, so the host can run ahead by a step)."""
+
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         self.enable_timing = enable_timing
         self._time = None
+        self._point = None
 
     def record(self, stream=None) -> None:
         # A timing event needs the time the preceding work finished: wait for it.
         if self.enable_timing:
             synchronize()
+        context.current().flush("event record")
+        self._point = tensor.SyncPoint()
         self._time = time.perf_counter()
 
     def synchronize(self) -> None:
-        synchronize()
+        if self._point is not None:
+            self._point.wait()
 
     def query(self) -> bool:
-        return True
+        return self._point is None or self._point.ready()
 
     def wait(self, stream=None) -> None:
         pass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 import threading
 import weakref
@@ -524,13 +525,74 @@ def host_view(array: np.ndarray, src_layout, dst_layout, dtype, nbytes: int) -> 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A new contiguous CPU tensor with the tpu tensor's value (blocks)."""
+    finish, _ = _host_reader(t)
+    return finish()
+
+
+def _host_reader(t: torch.Tensor):
+    """A function giving ``to_host(t)``'s result from the device arrays that hold t's value now,
+    so that writes to t after this call do not change what it reads."""
+    shape, dtype = t.shape, t.dtype
     if _gather_on_host(t):
         buf = buffer_of(t)
-        array = np.asarray(jax.device_get(buf.array))
-        host = host_view(array, buf.layout, layout_of(t), dtypes.to_jax(t.dtype), t.untyped_storage().nbytes())
+        array, layouts, nbytes = buf.array, (buf.layout, layout_of(t)), t.untyped_storage().nbytes()
+
+        def finish():
+            host = host_view(np.asarray(jax.device_get(array)), *layouts, dtypes.to_jax(dtype), nbytes)
+            return dtypes.numpy_to_torch(host, dtype).reshape(shape)
     else:
-        host = np.asarray(jax.device_get(read(t)))
-    return dtypes.numpy_to_torch(host, t.dtype).reshape(t.shape)
+        array = read(t)
+
+        def finish():
+            return dtypes.numpy_to_torch(np.asarray(jax.device_get(array)), dtype).reshape(shape)
+    return finish, array
+
+
+# ---- copies to the host that complete later (``.to("cpu", non_blocking=True)``) ----
+#
+# As on CUDA, the host tensor holds the value only after a synchronize that
+# covers the copy: of an event recorded after it, or of the device.  The
+# transfer starts at once; the host tensor is filled at that synchronize.
+
+_host_copies: "collections.deque[tuple[int, object]]" = collections.deque()  # (serial, finish), oldest first
+_host_copy_serials = itertools.count(1)
+_last_host_copy = 0
+
+
+def start_host_copy(t: torch.Tensor, fill) -> None:
+    """Start moving t's current value to the host; ``fill(cpu_tensor)`` runs at the synchronize that covers it."""
+    global _last_host_copy
+    finish, array = _host_reader(t)
+    array.copy_to_host_async()
+    _last_host_copy = next(_host_copy_serials)
+    _host_copies.append((_last_host_copy, lambda: fill(finish())))
+
+
+def finish_host_copies(up_to: int | None = None) -> None:
+    """Fill the host tensors of the copies started up to serial ``up_to`` (all of them by default)."""
+    while _host_copies and (up_to is None or _host_copies[0][0] <= up_to):
+        _host_copies.popleft()[1]()
+
+
+class SyncPoint:
+    """The work queued so far (arrays stored, host copies started): what a recorded event waits for."""
+
+    __slots__ = ("host_copies", "arrays")
+
+    def __init__(self):
+        self.host_copies = _last_host_copy
+        self.arrays = list(_dispatched)
+
+    def ready(self) -> bool:
+        return not (_host_copies and _host_copies[0][0] <= self.host_copies) and all(
+            a is None or a.is_deleted() or a.is_ready() for a in (r() for r in self.arrays))
+
+    def wait(self) -> None:
+        for ref in self.arrays:
+            array = ref()
+            if array is not None and not array.is_deleted():
+                array.block_until_ready()
+        finish_host_copies(self.host_copies)
 
 
 # ---- host tensors as operands ------------------------------------------------

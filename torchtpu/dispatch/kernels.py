@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
@@ -108,8 +110,10 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     """``.to(...)`` from tpu: allocate like CPU's _to_copy would, then copy.
 
     PyTorch's generic version asks for pinned host memory when
-    ``non_blocking=True``, which a Python backend cannot provide; our copies to
-    the host are blocking anyway.
+    ``non_blocking=True``, which a Python backend cannot provide. A
+    ``non_blocking`` copy to the host behaves as CUDA's does: it returns at
+    once, and the CPU tensor holds the value after a synchronize of the device
+    or of an event recorded after the copy.
     """
     like = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
     meta = aten._to_copy.default(like, dtype=dtype, memory_format=memory_format)
@@ -118,7 +122,17 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
         runtime_device.index_of(target)
         target = runtime_device.TORCH_DEVICE
     out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=target)
+    if non_blocking and target.type == "cpu" and not (self.is_conj() or self.is_neg()):
+        tensor.start_host_copy(self, functools.partial(_fill_host_copy, out))
+        return out
     return copy_(out, self)
+
+
+def _fill_host_copy(out, host) -> None:
+    # The completion of the copy, not an op of the caller's: ``out`` may be an
+    # inference tensor (made under inference_mode), which only inference mode may write.
+    with torch.inference_mode():
+        out.copy_(host)
 
 
 def copy_from(self, dst, non_blocking=False):

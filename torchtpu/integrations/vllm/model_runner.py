@@ -82,6 +82,12 @@ def copy_whole_buffer(uploads: Uploads, buffer: CpuGpuBuffer, n: int | None = No
     return buffer.gpu if n is None else buffer.gpu[:n]
 
 
+def take_sampled_ids(input_ids: torch.Tensor, sampled: torch.Tensor, source: torch.Tensor) -> None:
+    """``input_ids[i] = sampled[source[i]]`` wherever ``source[i] >= 0``, in place."""
+    taken = sampled.reshape(-1).index_select(0, source.clamp(min=0)).to(input_ids.dtype)
+    input_ids.copy_(torch.where(source >= 0, taken, input_ids))
+
+
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device: torch.device):
         with cuda_api_on_tpu():
@@ -91,6 +97,12 @@ class TpuModelRunner(GPUModelRunner):
         self._host_padding = np.zeros(self.is_padding.shape, np.bool_)
         self._pending_sample_rows: torch.Tensor | None = None
         self._uploads = Uploads()
+        # Async scheduling: where each input token's id comes from the previous step's sampled tokens (-1: the host's).
+        self._host_sampled_source = np.full(self.input_ids.gpu.shape, -1, np.int64)
+        self._sampled_source = torch.full(self.input_ids.gpu.shape, -1, dtype=torch.int64, device=self.device)
+        self._pending_sampled_tokens: torch.Tensor | None = None
+        self._take_sampled_ids = take_sampled_ids if self.model_config.enforce_eager else torch.compile(
+            take_sampled_ids, backend="tpu", dynamic=False, fullgraph=True)
         self.sampler = TpuSampler(self, self.sampler, compiled=not self.model_config.enforce_eager)
         self._install_host_paths()
 
@@ -132,7 +144,6 @@ class TpuModelRunner(GPUModelRunner):
             "multimodal rotary positions (M-RoPE/XD-RoPE)": self.uses_mrope or getattr(self, "uses_xdrope_dim", 0),
             "prompt embeddings": self.enable_prompt_embeds,
             "LoRA": self.lora_config is not None,
-            "asynchronous scheduling": self.use_async_scheduling,
             "context parallelism": self.dcp_world_size > 1 or getattr(self, "pcp_world_size", 1) > 1,
             "KV sharing fast prefill": self.cache_config.kv_sharing_fast_prefill,
         }
@@ -195,9 +206,36 @@ class TpuModelRunner(GPUModelRunner):
         self._pending_sample_rows = torch.from_numpy(rows).to(self.device)  # an upload, no program
         return ALL_ROWS, None, 1
 
+    def _prepare_input_ids(self, scheduler_output, num_reqs: int, total_num_scheduled_tokens: int,
+                           cu_num_tokens: np.ndarray) -> None:
+        """The step's input ids: the host's, uploaded whole; under async scheduling the last step's
+        sampled tokens, which the host does not know yet, are taken from the sampler's output on the
+        device (one program per request bucket, where vLLM scatters a program per count)."""
+        self.input_ids.copy_to_gpu(total_num_scheduled_tokens)
+        sampled = self.input_batch.prev_sampled_token_ids
+        if sampled is None:
+            return
+        previous = self.prev_positions.np[:num_reqs]
+        continuing = previous >= 0
+        source = self._host_sampled_source
+        source.fill(-1)
+        source[cu_num_tokens[continuing] - 1] = previous[continuing]  # a continuing request's one new token
+        self._uploads.copy(self._sampled_source, torch.from_numpy(source))
+        last = self.sampler.last_tokens  # all rows of the request bucket, when the compiled sampler ran
+        same = last is not None and last.untyped_storage()._cdata == sampled.untyped_storage()._cdata
+        self._pending_sampled_tokens = last if same else sampled
+
     def _model_forward(self, *args, **kwargs):
         self._uploads.flush()  # the step's inputs, in one transfer
+        if self._pending_sampled_tokens is not None:
+            sampled, self._pending_sampled_tokens = self._pending_sampled_tokens, None
+            self._take_sampled_ids(self.input_ids.gpu, sampled, self._sampled_source)
         return super()._model_forward(*args, **kwargs)
+
+    def sample_tokens(self, grammar_output):
+        # Under async scheduling vLLM's output wrapper makes CUDA events and streams here.
+        with cuda_api_on_tpu():
+            return super().sample_tokens(grammar_output)
 
     def _preprocess(self, scheduler_output, num_input_tokens, intermediate_tensors=None):
         if self.supports_mm_inputs or self.model_config.is_encoder_decoder:
@@ -332,6 +370,9 @@ class TpuModelRunner(GPUModelRunner):
                         time.perf_counter() - start)
         for rows, logits in sorted(logits_by_rows.items()):
             self.sampler.warm_up(logits)
+            if self.use_async_scheduling:  # no source: the ids stay as they are
+                self._take_sampled_ids(self.input_ids.gpu, torch.zeros(rows, 1, dtype=torch.int32).to(self.device),
+                                       self._sampled_source)
             logger.info("torchtpu: warmed up the sampler for %d requests (%.1f s)", rows,
                         time.perf_counter() - start)
         torch.tpu.synchronize()

@@ -129,9 +129,6 @@ class TpuPlatform(Platform):
             logger.warning_once("torchtpu: dual-batch overlap does not apply on tpu; disabled")
             parallel_config.enable_dbo = False
 
-        # Async scheduling overlaps CUDA streams; XLA orders a chip's work itself.
-        vllm_config.scheduler_config.async_scheduling = False
-
         # The model runner pads every step to a token-count bucket and compiles
         # it with torchtpu's own torch.compile backend, one XLA program per
         # bucket; vLLM's own compilation (inductor, CUDA graphs) does not apply.

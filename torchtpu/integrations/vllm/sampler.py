@@ -167,13 +167,15 @@ def sample_rows(logits, temperature, top_k, top_p, seeds, offsets, salts, *, kin
         else:
             drawn = (scaled.softmax(dim=-1) / q).argmax(dim=-1)
         tokens = torch.where(temperature < SAMPLING_EPS, greedy, drawn)
+    # vLLM's layouts: token ids [rows, 1] int32; logprob ids [rows, 1 + k] int32
+    sampled = tokens.to(torch.int32).unsqueeze(-1)
     if kind.logprobs is None:
-        return (tokens,)
+        return (sampled,)
     logprobs = logits.log_softmax(dim=-1)
     token_logprobs = logprobs.gather(-1, tokens.unsqueeze(-1))
     ranks = (logprobs >= token_logprobs).sum(dim=-1)
     top_logprobs, top_ids = logprobs.topk(kind.logprobs, dim=-1)
-    return (tokens, torch.cat((tokens.unsqueeze(-1), top_ids), dim=1),
+    return (sampled, torch.cat((sampled, top_ids.to(torch.int32)), dim=1),
             torch.cat((token_logprobs, top_logprobs), dim=1), ranks)
 
 
@@ -190,6 +192,7 @@ class TpuSampler(torch.nn.Module):
         self.logprobs_mode = vllm_sampler.logprobs_mode
         self.compiled = compiled
         self._programs = {}
+        self.last_tokens: torch.Tensor | None = None
         self._fallback_logged = set()
 
     def forward(self, logits, sampling_metadata, predict_bonus_token: bool = False,
@@ -204,7 +207,10 @@ class TpuSampler(torch.nn.Module):
         kind = self.kind_of(batch, logits.shape[-1])
         inputs = self.host_inputs(batch, logits.shape[0], kind)
         outs = self.program(logits.shape[-1], kind)(logits, *tensor.from_host_all(inputs))
-        return self.sampler_output(outs, n, batch.max_num_logprobs)
+        self.last_tokens = outs[0]  # every row's token, [request bucket, 1]: the next step's input ids
+        # Under async scheduling vLLM copies the outputs to the host without blocking; else it reads them now.
+        return self.sampler_output(outs if self.runner.use_async_scheduling else [t.cpu() for t in outs], n,
+                                   batch.max_num_logprobs)
 
     def _vllm_sample(self, logits, metadata, predict_bonus_token, logprobs_mode_override):
         if isinstance(metadata, HostSamplingMetadata):  # a dummy run with the batch's host metadata
@@ -254,16 +260,12 @@ class TpuSampler(torch.nn.Module):
 
     @staticmethod
     def sampler_output(outs, n: int, num_logprobs: int | None) -> SamplerOutput:
-        """vLLM's ``SamplerOutput`` for the first ``n`` rows, as host tensors (the runner
-        reads them on the host next)."""
-        host = [t.cpu() for t in outs]
-        tokens = host[0][:n].to(torch.int32).unsqueeze(-1)
+        """vLLM's ``SamplerOutput``: views of the first ``n`` rows of the sampler's outputs."""
         logprobs = None
         if num_logprobs is not None:
-            ids, values, ranks = host[1:]
-            logprobs = LogprobsTensors(ids[:n, :num_logprobs + 1].to(torch.int32), values[:n, :num_logprobs + 1],
-                                       ranks[:n])
-        return SamplerOutput(sampled_token_ids=tokens, logprobs_tensors=logprobs)
+            ids, values, ranks = outs[1:]
+            logprobs = LogprobsTensors(ids[:n, :num_logprobs + 1], values[:n, :num_logprobs + 1], ranks[:n])
+        return SamplerOutput(sampled_token_ids=outs[0][:n], logprobs_tensors=logprobs)
 
     def warm_up(self, logits: torch.Tensor) -> None:
         """Compile every kind for the request bucket of ``logits``."""
