@@ -195,6 +195,13 @@ def test_non_blocking_copy_to_host_holds_the_value_at_the_copy_after_a_sync(sync
     assert torch.equal(x.cpu(), cpu + 100)
 
 
+def test_a_blocking_copy_to_host_completes_the_non_blocking_ones_before_it():
+    x = torch.arange(4.0, device="tpu")
+    early = x.to("cpu", non_blocking=True)
+    assert torch.equal((x + 1).cpu(), torch.arange(4.0) + 1)  # waits, as a blocking copy waits for its stream
+    assert torch.equal(early, torch.arange(4.0))
+
+
 def test_an_event_waits_only_for_work_queued_before_it():
     early = torch.ones(4, device="tpu") * 2
     event = torch.tpu.Event()

@@ -524,9 +524,14 @@ def host_view(array: np.ndarray, src_layout, dst_layout, dtype, nbytes: int) -> 
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A new contiguous CPU tensor with the tpu tensor's value (blocks)."""
+    """A new contiguous CPU tensor with the tpu tensor's value (blocks).
+
+    As a blocking copy on CUDA waits for its stream, the non-blocking host copies started
+    before it are complete after it."""
     finish, _ = _host_reader(t)
-    return finish()
+    host = finish()
+    finish_host_copies()
+    return host
 
 
 def _host_reader(t: torch.Tensor):
