@@ -12,6 +12,7 @@ import logging
 
 import pytest
 import torch
+import torch._dynamo.testing
 import torch.nn as nn
 import torch.nn.functional as F
 from oracle import assert_same
@@ -376,6 +377,30 @@ def test_compiled_graph_in_fused_mode_reads_and_writes_through_views():
     expected_base = base.clone()
     expected_base[1:] += y
     assert_same(device_base, expected_base)
+
+
+def test_a_dynamic_dimension_traces_once_and_compiles_a_program_per_size():
+    """``mark_dynamic``: one Dynamo trace serves every size, its sizes are constants of one
+    program per size, and views with no copying twin (``view(dtype)``) and uninitialized
+    tensors take their sizes from the call's inputs."""
+
+    def f(x):
+        bits = x.view(torch.int16)  # read through its layout: no view_copy twin
+        scratch = torch.empty_like(x)
+        scratch.copy_(x * 2)
+        return bits + 1, scratch, x[: x.shape[0] // 2].float().sum(0)
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("tpu")
+    compiled = torch.compile(f, backend=counter, fullgraph=True)
+    before = torch.tpu.compile_cache_stats()["misses"]
+    for n in (16, 32, 64, 32):
+        x = torch.randn(n, 4).bfloat16()
+        on_tpu = x.to("tpu")
+        torch._dynamo.mark_dynamic(on_tpu, 0)
+        for actual, expected in zip(compiled(on_tpu), f(x)):
+            assert_same(actual, expected)
+    assert counter.frame_count == 1, "one trace serves every size"
+    assert torch.tpu.compile_cache_stats()["misses"] - before == 3, "a program per size, reused"
 
 
 def test_integer_inputs_are_passed_at_run_time():

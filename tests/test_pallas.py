@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
+import torch._dynamo.testing
 from jax.experimental import pallas as pl
 from oracle import assert_same
 
@@ -90,3 +91,26 @@ def test_duplicate_name_is_refused():
     torch.tpu.pallas.jax_op(name, jnp.sin)
     with pytest.raises(ValueError, match="already exists"):
         torch.tpu.pallas.jax_op(name, jnp.cos)
+
+
+def test_dynamic_sizes_pass_through_the_fake_kernel():
+    """Under a dynamic dimension the op's output sizes are expressions of the input's symbolic
+    size (through JAX's shape polymorphism): one trace serves every size, values equal CPU's."""
+    op = torch.tpu.pallas.jax_op(fresh_name("halves_and_pairs"),
+                                 lambda x, rows: (x[rows][: x.shape[0] // 2] * 2, jnp.concatenate([x, x]) + 1))
+
+    def f(x, rows):
+        half, doubled = op(x, rows)
+        return half.sum(0), doubled[-3:]
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("tpu")
+    compiled = torch.compile(f, backend=counter, fullgraph=True)
+    for n in (16, 32, 64):
+        x, rows = torch.randn(n, 8), torch.randperm(n)
+        on_tpu = x.to("tpu"), rows.to("tpu")
+        for t in on_tpu:
+            torch._dynamo.mark_dynamic(t, 0)
+        half, doubled = compiled(*on_tpu)
+        assert_same(half, (x[rows][: n // 2] * 2).sum(0))
+        assert_same(doubled, (torch.cat([x, x]) + 1)[-3:])
+    assert counter.frame_count == 1, "one trace serves every size"

@@ -18,6 +18,8 @@ CPU backend, pass ``interpret=torchtpu.pallas.interpret_mode()`` to
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import torch
 
@@ -39,6 +41,43 @@ def _as_list(result):
     return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
+class _SymbolicSizes:
+    """Dynamic shapes through a JAX op's fake kernel: a size Dynamo made symbolic (a token
+    count, say) becomes a JAX symbolic dimension of the same name, so ``jax.eval_shape``
+    computes the outputs' sizes as expressions of it instead of specialising the graph
+    to one value. A size that is an expression of symbols is specialised to its value."""
+
+    def __init__(self):
+        self.scope = jax.export.SymbolicScope()
+        self.by_name: dict[str, torch.SymInt] = {}
+
+    def to_jax(self, shape) -> tuple:
+        names = [self._name(size) for size in shape]
+        if not any(names):
+            return tuple(int(size) for size in shape)
+        spec = ", ".join(name or str(int(size)) for name, size in zip(names, shape))
+        return jax.export.symbolic_shape(spec, scope=self.scope)
+
+    def _name(self, size) -> str | None:
+        if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
+            return None
+        name = str(size.node.expr)
+        self.by_name[name] = size
+        return name
+
+    def to_torch(self, shape) -> tuple:
+        return tuple(size if isinstance(size, int) else self._evaluate(size) for size in shape)
+
+    def _evaluate(self, size) -> torch.SymInt:
+        """A JAX size expression (``2*s0``, ``floordiv(s0, 4) + 1``) in the torch symbols:
+        its printed form is Python over the operations below."""
+        return eval(str(size), {"__builtins__": {}, **_JAX_SIZE_OPERATIONS}, dict(self.by_name))
+
+
+_JAX_SIZE_OPERATIONS = {"floordiv": operator.floordiv, "mod": operator.mod, "max": torch.sym_max,
+                        "min": torch.sym_min, "non_negative": lambda size: torch.sym_max(size, 0)}
+
+
 def _define(name: str, schema: str, array_fn, shape_fn) -> torch._ops.OpOverload:
     """One op: ``array_fn(arrays) -> arrays`` is its lowering, ``shape_fn`` its fake kernel."""
     if name in _ops:
@@ -47,9 +86,12 @@ def _define(name: str, schema: str, array_fn, shape_fn) -> torch._ops.OpOverload
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
 
     def fake(*tensor_lists):
-        specs = [[jax.ShapeDtypeStruct(tuple(t.shape), dtypes.to_jax(t.dtype)) for t in ts] for ts in tensor_lists]
+        symbols = _SymbolicSizes()
+        specs = [[jax.ShapeDtypeStruct(symbols.to_jax(t.shape), dtypes.to_jax(t.dtype)) for t in ts]
+                 for ts in tensor_lists]
         device = tensor_lists[0][0].device
-        return [torch.empty(s.shape, dtype=dtypes.to_torch(s.dtype), device=device) for s in shape_fn(*specs)]
+        return [torch.empty(symbols.to_torch(s.shape), dtype=dtypes.to_torch(s.dtype), device=device)
+                for s in shape_fn(*specs)]
 
     torch.library.register_fake(op, fake, lib=_library)
     registry.register(op, registry.Lowering(array_fn))

@@ -88,6 +88,8 @@ class CompiledGraph:
         # to the program at run time, so a new value does not compile a new program; if
         # tracing needs one as a constant (a shape), they become constants instead.
         self.runtime_ints = not any(isinstance(m, (int, torch.SymInt)) for m in self.out_metas)
+        # With dynamic shapes the graph also takes its tensors' sizes as integers: constants from the start.
+        self.size_inputs = fx.tensor_size_inputs(gm)
         # Dynamo re-traces a frame when a static shape changes: the same code
         # comes back as a new graph, so recompiles are tracked by the code.
         self.code_key = (name, gm.code)
@@ -103,19 +105,26 @@ class CompiledGraph:
             context.current().flush("compiled graph with collectives")
         arrays = [tensor.read(a) for a in inputs if isinstance(a, torch.Tensor)]
         donated = self._donatable(inputs, arrays)
-        signature = (tuple("int" if self._runtime(a) else _signature(a) for a in inputs),
+        runtime = [self._runtime(i, a) for i, a in enumerate(inputs)]
+        signature = (tuple("int" if r else _signature(a) for r, a in zip(runtime, inputs)),
                      (f"precision={precision.current()}", f"donate={donated}"))
         entry = self.programs.get(signature)
         seed, offset = rng.next_seed_and_offset()
-        numbers = [a for a in inputs if self._runtime(a)] + [np.int64(seed), np.int64(offset)]
+        numbers = [a for r, a in zip(runtime, inputs) if r] + [np.int64(seed), np.int64(offset)]
         if entry is None:
+            retry = any(runtime)  # an integer may be used as a size: then as constants
             try:
                 entry = self.programs[signature] = self._compile(inputs, arrays, numbers, signature, donated)
-            except _UNTRACEABLE as error:  # a data-dependent op, say: run this graph eagerly
-                if any(map(self._runtime, inputs)):  # first try again with the integers as constants
+            except Exception as error:
+                if not (retry or isinstance(error, _UNTRACEABLE)):
+                    raise
+                reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            if entry is None:  # out of the except block, whose traceback holds the arrays the retry may donate
+                del arrays
+                if retry:
                     self.runtime_ints = False
                     return self(*args)
-                _fall_back(self.name, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+                _fall_back(self.name, reason)  # a data-dependent op, say: run this graph eagerly
                 self.eager = True
                 return self.gm(*args)
         else:
@@ -134,8 +143,8 @@ class CompiledGraph:
     def _spans_processes(self) -> bool:
         return self.spmd is not None and self.spmd.spans_processes
 
-    def _runtime(self, value) -> bool:
-        return self.runtime_ints and type(value) is int
+    def _runtime(self, position, value) -> bool:
+        return self.runtime_ints and type(value) is int and position not in self.size_inputs
 
     def _donatable(self, inputs, arrays) -> tuple:
         """The overwritten inputs whose arrays nothing else can see: alone in their storage,
@@ -151,9 +160,10 @@ class CompiledGraph:
     def _compile(self, inputs, arrays, numbers, signature, donated):
         compile_cache.log_recompile(self.name, _LAST_SIGNATURE.get(self.code_key), signature)
         _LAST_SIGNATURE[self.code_key] = signature
-        statics = [None if isinstance(a, torch.Tensor) or self._runtime(a) else a for a in inputs]
+        runtime = [self._runtime(i, a) for i, a in enumerate(inputs)]
+        statics = [None if isinstance(a, torch.Tensor) or r else a for r, a in zip(runtime, inputs)]
         order = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
-        order += [i for i, a in enumerate(inputs) if self._runtime(a)]  # the order the program takes them
+        order += [i for i, r in enumerate(runtime) if r]  # the order the program takes them
         constants = []
 
         def traced(*arrays_and_numbers):

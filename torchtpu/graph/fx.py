@@ -101,18 +101,54 @@ def _layout(fake) -> tuple:
     return (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
 
 
-def _concrete(meta):
-    """``meta``'s layout holds no symbolic size (dynamic shapes), so it can be used as is."""
-    if not all(type(s) is int for s in (*meta.shape, *meta.stride(), meta.storage_offset())):
-        raise UnsupportedGraph("torchtpu: a view or an uninitialized tensor with a symbolic size")
-    return meta
+def _symbol_values(placeholders, inputs) -> dict:
+    """The value of each size symbol of a dynamic-shape graph (Dynamo's ``s0``...) in this
+    trace: read off the placeholders, a symbolic size input itself or a tensor's dimension."""
+    values = {}
+    for node, value in zip(placeholders, inputs):
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.SymInt) and isinstance(value, int):
+            values[meta.node.expr] = value
+        elif isinstance(meta, torch.Tensor) and hasattr(value, "shape"):
+            for size, actual in zip(meta.shape, value.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    values[size.node.expr] = actual
+    return values
 
 
-def _read_view(node, value):
+def tensor_size_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """The positions of the graph's integer inputs that are sizes of its tensor inputs (dynamic shapes)."""
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    sizes = {s.node.expr for m in placeholders if isinstance(m, torch.Tensor)
+             for s in m.shape if isinstance(s, torch.SymInt)}
+    return {i for i, m in enumerate(placeholders) if isinstance(m, torch.SymInt) and m.node.expr in sizes}
+
+
+def _concrete(size, symbols) -> int:
+    """A size of the graph's metadata as a number: symbolic ones from this trace's ``symbols``."""
+    if type(size) is int:
+        return size
+    try:
+        return int(size.node.expr.xreplace(symbols))
+    except TypeError:  # a symbol with no value in this trace
+        raise UnsupportedGraph(f"torchtpu: a view or an uninitialized tensor of symbolic size {size}") from None
+
+
+def _concrete_layout(meta, symbols) -> tuple:
+    return (tuple(_concrete(s, symbols) for s in meta.shape), tuple(_concrete(s, symbols) for s in meta.stride()),
+            _concrete(meta.storage_offset(), symbols))
+
+
+def _read_view(node, value, symbols):
     """A view with no copying twin: read the input's storage through the view's layout."""
-    source, out = _concrete(node.args[0].meta["val"]), _concrete(node.meta["val"])
-    nbytes = source.untyped_storage().nbytes()
-    return tensor.view_of(value, _layout(source), _layout(out), dtypes.to_jax(out.dtype), nbytes)
+    source, out = node.args[0].meta["val"], node.meta["val"]
+    layout = _concrete_layout(source, symbols)
+    if layout == _layout(source):
+        nbytes = source.untyped_storage().nbytes()
+    else:  # dynamic shapes: the fake storage keeps the size of the first trace; the view's extent instead
+        shape, stride, offset = layout
+        nbytes = (offset + sum((n - 1) * s for n, s in zip(shape, stride)) + 1) * source.element_size()
+    return tensor.view_of(value, layout, _concrete_layout(out, symbols), dtypes.to_jax(out.dtype), nbytes)
 
 
 def _conform(value, meta, op):
@@ -136,7 +172,7 @@ def _constant(value):
         return jax.numpy.asarray(dtypes.torch_to_numpy(value))
 
 
-def _call(node, args, kwargs, key, plan):
+def _call(node, args, kwargs, key, plan, symbols):
     op = node.target
     if op is operator.getitem or not isinstance(op, torch._ops.OpOverload):
         return op(*args, **kwargs)  # getitem, and Python arithmetic on sizes
@@ -145,13 +181,13 @@ def _call(node, args, kwargs, key, plan):
     if op in _SIZE_QUERIES:
         return _SIZE_QUERIES[op](*args, **kwargs)
     if op in _UNINITIALIZED:
-        meta = _concrete(node.meta["val"])
-        return jax.numpy.zeros(tuple(meta.shape), dtypes.to_jax(meta.dtype))
+        meta = node.meta["val"]
+        return jax.numpy.zeros(_concrete_layout(meta, symbols)[0], dtypes.to_jax(meta.dtype))
     lowering = LOWERINGS.get(op)
     if lowering is None and _is_view(op):
         twin = _copying_twin(op)
         if twin is None:
-            return _read_view(node, args[0])
+            return _read_view(node, args[0], symbols)
         lowering = LOWERINGS[twin]
     if lowering is None:
         raise UnsupportedGraph(f"torchtpu: no lowering for {op} in a compiled graph")
@@ -203,6 +239,7 @@ def to_jax_function(gm: torch.fx.GraphModule, plan: spmd.Plan | None = None):
     def fn(inputs, seed, offset):
         key = rng.key(seed, offset)
         env = dict(zip(placeholders, inputs))
+        symbols = _symbol_values(placeholders, inputs)
 
         def value(arg):
             return torch.fx.node.map_arg(arg, lambda n: env[n])
@@ -215,7 +252,7 @@ def to_jax_function(gm: torch.fx.GraphModule, plan: spmd.Plan | None = None):
                 env[target] = _conform(source, target.meta["val"], node.target)
                 env[node] = env[target] if node.target is aten.copy_.default else None  # fsdp.copy_ returns ()
             elif node.op == "call_function":
-                env[node] = _call(node, value(node.args), value(node.kwargs), key, plan)
+                env[node] = _call(node, value(node.args), value(node.kwargs), key, plan, symbols)
             elif node.op == "output":
                 return value(node.args[0]), [env[n] for n in mutated]
         raise AssertionError("graph without an output node")

@@ -34,6 +34,7 @@ from torchtpu.core import tensor
 from torchtpu.runtime import device as runtime_device
 
 from . import ATTENTION_BACKEND, pallas_attention
+from .compiled import check_same_rows
 
 # A finite "minus infinity": a padding token that sees no key gets a uniform
 # average instead of NaN, so nothing non-finite reaches the cache.
@@ -245,6 +246,10 @@ class TpuAttentionMetadata:
     num_seqs: torch.Tensor         # [1] int32, the requests of the step
 
 
+# The metadata sized by the step's token bucket (the others have fixed sizes).
+PER_TOKEN_FIELDS = ("slot_mapping", "token_request", "token_position", "token_cached")
+
+
 def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block_table: np.ndarray,
                         block_size: int, num_tokens: int, max_tokens: int, max_reqs: int,
                         max_pages: int) -> dict[str, np.ndarray]:
@@ -301,8 +306,10 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
                        else self.host_block_table[:num_reqs])
         arrays = build_host_metadata(query_start_loc, seq_lens, block_table, self.block_size, num_tokens,
                                      self.max_tokens, self.max_reqs, self.max_pages)
-        uploaded = tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])
-        return TpuAttentionMetadata(num_actual_tokens=num_tokens, **dict(zip(arrays, uploaded)))
+        uploaded = dict(zip(arrays, tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])))
+        for name in PER_TOKEN_FIELDS:  # one compiled step serves every token bucket
+            torch._dynamo.mark_dynamic(uploaded[name], 0)
+        return TpuAttentionMetadata(num_actual_tokens=num_tokens, **uploaded)
 
 
 class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
@@ -339,10 +346,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
             raise NotImplementedError("torchtpu: fused output quantization is not supported")
         if attn_metadata is None:  # a profiling run without a KV cache
             return output.fill_(0)
-        padded = attn_metadata.slot_mapping.shape[0]
-        if query.shape[0] != padded:
-            raise RuntimeError(f"torchtpu: the step has {query.shape[0]} tokens but its attention metadata "
-                               f"was padded to {padded}")
+        check_same_rows("the step's queries and attention metadata", query,
+                        *(getattr(attn_metadata, name) for name in PER_TOKEN_FIELDS))
         if self.kv_sharing_target_layer_name is None:
             write_kv_cache(kv_cache, key, value, attn_metadata.slot_mapping)
         if self.pallas is not None:

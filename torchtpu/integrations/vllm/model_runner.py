@@ -21,12 +21,12 @@ from vllm.v1.worker.utils import bind_kv_cache
 from torchtpu.core import tensor
 
 from .attention import kv_cache_shape, kv_storage_dtype, token_bucket
+from .compiled import check_same_rows, compile_per_bucket
 from .sampler import TpuSampler, install_host_sampling_metadata, request_bucket, request_buckets
 from .weights import store_linear_weights_in_out
 
-logger = init_logger(__name__)
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, which prints INFO
 
-MAX_STEP_PROGRAMS = 64
 # What ``_prepare_inputs`` returns as the step's logits indices: vLLM's
 # ``hidden_states[logits_indices]`` is then the whole of them (a view, no
 # program), and the LM head gathers the sample rows itself (``_logits_of_rows``).
@@ -84,6 +84,7 @@ def copy_whole_buffer(uploads: Uploads, buffer: CpuGpuBuffer, n: int | None = No
 
 def take_sampled_ids(input_ids: torch.Tensor, sampled: torch.Tensor, source: torch.Tensor) -> None:
     """``input_ids[i] = sampled[source[i]]`` wherever ``source[i] >= 0``, in place."""
+    check_same_rows("the sampled ids' destinations", input_ids, source)
     taken = sampled.reshape(-1).index_select(0, source.clamp(min=0)).to(input_ids.dtype)
     input_ids.copy_(torch.where(source >= 0, taken, input_ids))
 
@@ -101,8 +102,8 @@ class TpuModelRunner(GPUModelRunner):
         self._host_sampled_source = np.full(self.input_ids.gpu.shape, -1, np.int64)
         self._sampled_source = torch.full(self.input_ids.gpu.shape, -1, dtype=torch.int64, device=self.device)
         self._pending_sampled_tokens: torch.Tensor | None = None
-        self._take_sampled_ids = take_sampled_ids if self.model_config.enforce_eager else torch.compile(
-            take_sampled_ids, backend="tpu", dynamic=False, fullgraph=True)
+        self._take_sampled_ids = (take_sampled_ids if self.model_config.enforce_eager
+                                  else compile_per_bucket(take_sampled_ids))
         self.sampler = TpuSampler(self, self.sampler, compiled=not self.model_config.enforce_eager)
         self._install_host_paths()
 
@@ -266,12 +267,10 @@ class TpuModelRunner(GPUModelRunner):
         if restored:
             logger.info("torchtpu: %d linear weights stored [in, out] (XLA:CPU's fast bfloat16 layout)", restored)
         if not self.model_config.enforce_eager:
-            # The CUDA-graph equivalent: one XLA program per step shape (token
-            # bucket, requests, pages), compiled at first use, then replayed.
+            # The CUDA-graph equivalent: one trace, one XLA program per token bucket,
+            # compiled at warm-up, then replayed.
             # Only forward is wrapped: vLLM reads the model's class to learn its tasks.
-            self.model.forward = torch.compile(self.model.forward, backend="tpu", dynamic=False, fullgraph=True)
-            # One program per token bucket: there can be more than Dynamo's default 8.
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MAX_STEP_PROGRAMS)
+            self.model.forward = compile_per_bucket(self.model.forward)
         self._install_logits_of_rows()
 
     def _install_logits_of_rows(self) -> None:
@@ -283,7 +282,7 @@ class TpuModelRunner(GPUModelRunner):
             return compute_logits(hidden_states.index_select(0, rows))
 
         if not self.model_config.enforce_eager:
-            logits_of_rows = torch.compile(logits_of_rows, backend="tpu", dynamic=False, fullgraph=True)
+            logits_of_rows = compile_per_bucket(logits_of_rows)
         self._logits_of_rows = logits_of_rows
 
         def compute_step_logits(hidden_states):
@@ -316,6 +315,8 @@ class TpuModelRunner(GPUModelRunner):
             return None, None
         padded = token_bucket(num_tokens_unpadded, self.scheduler_config.max_num_batched_tokens)
         by_group = {gid: self.input_batch.block_table[gid].slot_mapping.gpu[:padded] for gid in range(len(groups))}
+        for slots in by_group.values():  # sized by the token bucket, like the forward's inputs (compile_per_bucket)
+            torch._dynamo.mark_dynamic(slots, 0)
         by_layer = {name: by_group[gid] for gid, group in enumerate(groups) for name in group.layer_names}
         return by_group, by_layer
 

@@ -36,7 +36,7 @@ from torchtpu.runtime import device as runtime_device
 
 from . import pallas_interpret
 
-logger = init_logger(__name__)
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, which prints INFO
 
 # The kernel's softmax state is [rows, 128] and is broadcast over head_size.
 LANES = 128

@@ -10,7 +10,7 @@ from torchtpu import config  # importing torchtpu registers the device
 
 from . import ATTENTION_BACKEND
 
-logger = init_logger(__name__)
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, which prints INFO
 
 # A KV cache page holds this many tokens unless the user says otherwise; the TPU
 # paged-attention kernel wants a multiple of 8 sublanes.

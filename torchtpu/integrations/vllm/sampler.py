@@ -33,7 +33,9 @@ from torchtpu.api.bucketing import bucket_size
 from torchtpu.core import tensor
 from torchtpu.runtime import rng
 
-logger = init_logger(__name__)
+from .compiled import check_same_rows, compile_per_bucket
+
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, which prints INFO
 
 # vLLM's threshold: a request with a lower temperature samples greedily.
 SAMPLING_EPS = 1e-5
@@ -154,6 +156,7 @@ def sample_rows(logits, temperature, top_k, top_p, seeds, offsets, salts, *, kin
     Random rows take ``argmax(probs / q)`` with ``q ~ Exp(1)``, which draws
     from ``probs`` (vLLM's method); greedy rows (temperature < eps) take the
     argmax of the raw logits."""
+    check_same_rows("the sampler's inputs", logits, temperature, top_k, top_p, seeds, offsets, salts)
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
     tokens = greedy
@@ -236,8 +239,7 @@ class TpuSampler(torch.nn.Module):
         """The sampler of one kind: compiled (one program per request bucket), or eager."""
         if kind not in self._programs:
             fn = functools.partial(sample_rows, kind=kind, noise=exponential_noise_op(vocab))
-            self._programs[kind] = (torch.compile(fn, backend="tpu", dynamic=False, fullgraph=True)
-                                    if self.compiled else fn)
+            self._programs[kind] = compile_per_bucket(fn) if self.compiled else fn
         return self._programs[kind]
 
     def host_inputs(self, batch, rows: int, kind: SamplingKind) -> list[torch.Tensor]:

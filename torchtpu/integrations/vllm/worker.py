@@ -17,7 +17,7 @@ from torchtpu import config
 from torchtpu.runtime import compile_cache
 from torchtpu.runtime.device import runtime_memory_stats
 
-logger = init_logger(__name__)
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, which prints INFO
 
 # XLA's CPU backend keeps "device" memory in host RAM and reports no limit of
 # its own, so vLLM's gpu_memory_utilization (a fraction of all RAM) would take
