@@ -82,6 +82,7 @@ class CompiledGraph:
         self.fn = fx.to_jax_function(gm, self.spmd)
         self.mutated = fx.mutated_inputs(gm)
         self.out_metas = _output_metas(gm)
+        self.out_strides = [_stride(m) if isinstance(m, torch.Tensor) else None for m in self.out_metas]  # once: slow
         self.programs = caches.BoundedCache("compiled graph programs", 64)  # signature -> (executable, constants)
         self.recorded = caches.BoundedCache("compiled graphs in fused graphs", 64)  # reads -> Program
         # Integer inputs (sizes Dynamo made symbolic, such as a cache position) are passed
@@ -137,7 +138,7 @@ class CompiledGraph:
             _write_back(args[position], inputs[position], array)
         results = iter(results)
         outputs = [next(results) if c is _ARRAY else c for c in constants]
-        return [_wrap(o, meta) for o, meta in zip(outputs, self.out_metas)]
+        return [_wrap(o, meta, stride) for o, meta, stride in zip(outputs, self.out_metas, self.out_strides)]
 
     @property
     def _spans_processes(self) -> bool:
@@ -239,7 +240,8 @@ class CompiledGraph:
         for position in self.mutated:
             torch.autograd.graph.increment_version(args[position])
         outs = iter(outs)
-        return [_wrap(next(outs), meta) if c is _ARRAY else c for c, meta in zip(constants, self.out_metas)]
+        return [_wrap(next(outs), meta, stride) if c is _ARRAY else c
+                for c, meta, stride in zip(constants, self.out_metas, self.out_strides)]
 
 
 class _Read(NamedTuple):
@@ -312,10 +314,10 @@ def _stride(meta):
     return None
 
 
-def _wrap(value, meta):
+def _wrap(value, meta, stride):
     if not isinstance(meta, torch.Tensor) or not isinstance(value, (jax.Array, tensor.Deferred)):
         return value
-    return tensor.from_array(value, meta.dtype, _stride(meta))
+    return tensor.from_array(value, meta.dtype, stride)
 
 
 _UNTRACEABLE = (fx.UnsupportedGraph, jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
