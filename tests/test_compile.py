@@ -379,6 +379,24 @@ def test_compiled_graph_in_fused_mode_reads_and_writes_through_views():
     assert_same(device_base, expected_base)
 
 
+def test_the_default_backend_compiles_tpu_graphs_with_the_tpu_backend():
+    """``torch.compile(model)`` with no backend named (inductor) works on tpu as on CUDA: inductor
+    has no tpu code generator, so the tpu backend compiles the graph; values and gradients equal CPU's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    on_tpu = copy.deepcopy(model).to("tpu")
+    x = torch.randn(5, 8)
+    before = metrics.compiles["compiled graph forward"]
+    loss = torch.compile(on_tpu)(x.to("tpu")).square().sum()
+    loss.backward()
+    assert metrics.compiles["compiled graph forward"] == before + 1, "compiled by the tpu backend"
+    expected = model(x).square().sum()
+    expected.backward()
+    assert_same(loss, expected)
+    for p_tpu, p_cpu in zip(on_tpu.parameters(), model.parameters()):
+        assert_same(p_tpu.grad, p_cpu.grad)
+
+
 def test_a_dynamic_dimension_traces_once_and_compiles_a_program_per_size():
     """``mark_dynamic``: one Dynamo trace serves every size, its sizes are constants of one
     program per size, and views with no copying twin (``view(dtype)``) and uninitialized

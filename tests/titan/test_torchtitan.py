@@ -71,11 +71,37 @@ def seed(tmp_path_factory):
     return tokenizer, data, str(folder / "seed" / "checkpoint" / "step-0")
 
 
-def test_llama3_under_fsdp_on_two_processes_gives_the_losses_of_cpu_gloo(seed, tmp_path):
+@pytest.fixture(scope="module")
+def cpu_losses(seed, tmp_path_factory):
+    """The CPU/gloo run's losses for a parameter dtype (each run once per module)."""
     tokenizer, data, checkpoint = seed
-    same = ["--training.steps", str(STEPS), "--training.mixed_precision_param", "float32", "--checkpoint.enable",
+    runs = {}
+
+    def losses(dtype: str) -> list[float]:
+        if dtype not in runs:
+            dump = tmp_path_factory.mktemp(f"cpu_{dtype}")
+            runs[dtype] = run([REFERENCE], 2, [*flags(tokenizer, data, dump), *same_run(dtype, checkpoint)],
+                              env=ON_CPU)
+        return runs[dtype]
+
+    return losses
+
+
+def same_run(dtype: str, checkpoint: str) -> list[str]:
+    return ["--training.steps", str(STEPS), "--training.mixed_precision_param", dtype, "--checkpoint.enable",
             "--checkpoint.initial_load_path", checkpoint]
-    cpu = run([REFERENCE], 2, [*flags(tokenizer, data, tmp_path / "cpu"), *same], env=ON_CPU)
-    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "tpu"), *same])
+
+
+@pytest.mark.parametrize("dtype, compiled, rel", [
+    ("float32", False, 1e-4),
+    ("float32", True, 1e-4),  # --compile.enable: torch.compile's default backend, which runs tpu graphs on ours
+    ("bfloat16", False, 1e-3),  # FSDP2 mixed precision: bfloat16 compute, float32 master weights
+], ids=["float32", "float32-compiled", "bfloat16"])
+def test_llama3_under_fsdp_on_two_processes_gives_the_losses_of_cpu_gloo(seed, cpu_losses, tmp_path, dtype,
+                                                                         compiled, rel):
+    tokenizer, data, checkpoint = seed
+    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path), *same_run(dtype, checkpoint),
+                                              *(["--compile.enable"] if compiled else [])])
+    cpu = cpu_losses(dtype)
     assert len(cpu) == STEPS
-    assert tpu == pytest.approx(cpu, rel=1e-4)
+    assert tpu == pytest.approx(cpu, rel=rel)

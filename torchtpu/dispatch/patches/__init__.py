@@ -3,12 +3,14 @@
 - ``module_to``: ``Module.to("tpu")`` keeps Parameter identity (tied weights stay tied).
 - ``accelerator``: ``torch.accelerator``'s memory functions answer for tpu.
 - ``serialization``: ``torch.load``, ``copy.deepcopy`` and ``pickle`` of tpu storages.
+- ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
 """
 
-from . import accelerator, module_to, serialization
+from . import accelerator, default_compiler, module_to, serialization
 
 
 def install() -> None:
     module_to.install()
     accelerator.install()
     serialization.install()
+    default_compiler.install()
