@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 
 import pytest
 from distributed import launcher
@@ -77,12 +78,13 @@ def cpu_losses(seed, tmp_path_factory):
     tokenizer, data, checkpoint = seed
     runs = {}
 
-    def losses(dtype: str) -> list[float]:
-        if dtype not in runs:
-            dump = tmp_path_factory.mktemp(f"cpu_{dtype}")
-            runs[dtype] = run([REFERENCE], 2, [*flags(tokenizer, data, dump), *same_run(dtype, checkpoint)],
-                              env=ON_CPU)
-        return runs[dtype]
+    def losses(dtype: str, nprocs: int = 2, parallelism: tuple[str, ...] = ()) -> list[float]:
+        key = (dtype, nprocs, parallelism)
+        if key not in runs:
+            dump = tmp_path_factory.mktemp("cpu")
+            runs[key] = run([REFERENCE], nprocs, [*flags(tokenizer, data, dump), *same_run(dtype, checkpoint),
+                                                  *parallelism], env=ON_CPU)
+        return runs[key]
 
     return losses
 
@@ -105,3 +107,37 @@ def test_llama3_under_fsdp_on_two_processes_gives_the_losses_of_cpu_gloo(seed, c
     cpu = cpu_losses(dtype)
     assert len(cpu) == STEPS
     assert tpu == pytest.approx(cpu, rel=rel)
+
+
+TENSOR_PARALLEL = ("--parallelism.tensor_parallel_degree", "2")
+
+
+def test_tensor_parallel_on_two_processes_gives_the_losses_of_cpu_gloo(seed, cpu_losses, tmp_path):
+    tokenizer, data, checkpoint = seed
+    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path), *same_run("float32", checkpoint),
+                                              *TENSOR_PARALLEL])
+    assert tpu == pytest.approx(cpu_losses("float32", 2, TENSOR_PARALLEL), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_fsdp_by_tensor_parallel_on_four_processes_gives_the_losses_of_cpu_gloo(seed, cpu_losses, tmp_path):
+    """A 2-D mesh: FSDP over 2 rows, tensor parallel within each (4 processes: a minute here; ``-m slow``)."""
+    tokenizer, data, checkpoint = seed
+    two_d = (*TENSOR_PARALLEL, "--parallelism.data_parallel_shard_degree", "2")
+    tpu = run(["-m", "torchtitan.train"], 4, [*flags(tokenizer, data, tmp_path), *same_run("float32", checkpoint),
+                                              *two_d])
+    assert tpu == pytest.approx(cpu_losses("float32", 4, two_d), rel=1e-4)
+
+
+def test_a_run_resumed_from_its_checkpoint_gives_the_losses_of_an_uninterrupted_one(seed, tmp_path):
+    """Checkpoints at steps 2 and 4 (DCP); a new job given only step 2 resumes there: steps 3 and 4
+    (weights, optimizer, scheduler and data position restored) equal the uninterrupted run's."""
+    tokenizer, data, checkpoint = seed
+    four_steps = [*same_run("float32", checkpoint), "--training.steps", "4", "--checkpoint.interval", "2"]
+    whole = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "whole"), *four_steps])
+    saved = tmp_path / "whole" / "checkpoint"
+    assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
+    shutil.copytree(saved / "step-2", tmp_path / "resumed" / "checkpoint" / "step-2")
+    resumed = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "resumed"), *four_steps])
+    assert len(whole) == 4
+    assert resumed == whole[2:]
