@@ -21,9 +21,10 @@ from ..ops import decompositions
 from ..runtime import caches, compile_cache, context, metrics, precision, rng
 
 
-# What Dynamo may trace into: user-level programs (tools, integrations) and the
-# helpers of torch.tpu that compiled user code calls (pallas's op wrappers, bucketing).
-TRACEABLE = ("tools", "integrations", "api.pallas", "api.bucketing")
+# What Dynamo may trace into: user-level programs (tools, integrations), the helpers of
+# torch.tpu that compiled user code calls (pallas's op wrappers, bucketing), and the
+# device check torchtpu puts in front of PyTorch's flex attention, which Dynamo traces.
+TRACEABLE = ("tools", "integrations", "api.pallas", "api.bucketing", "dispatch.patches.flex_attention")
 
 
 def runtime_modules() -> list[str]:
@@ -31,14 +32,22 @@ def runtime_modules() -> list[str]:
     mode between graphs (the backward after a graph break, say), and their frames
     are ours, not the user's.  That is every module and package of torchtpu but
     ``TRACEABLE``, found from the package's files (importing ``api`` here would
-    reach above this layer)."""
+    reach above this layer); a package holding a traceable module is listed
+    module by module."""
     root = pathlib.Path(__file__).resolve().parent.parent
     names = []
-    for package in ("", "api"):
-        for module in pkgutil.iter_modules([str(root / package)]):
+
+    def walk(package: str) -> None:
+        for module in pkgutil.iter_modules([str(root.joinpath(*package.split(".")))]):
             name = f"{package}.{module.name}".lstrip(".")
-            if name != "api" and name not in TRACEABLE and not name.startswith("_"):
+            if name in TRACEABLE or module.name.startswith("_"):
+                continue
+            if any(traceable.startswith(name + ".") for traceable in TRACEABLE):
+                walk(name)
+            else:
                 names.append(f"torchtpu.{name}")
+
+    walk("")
     return names + ["jax", "jaxlib"]
 
 

@@ -45,6 +45,20 @@ class UnsupportedGraph(NotImplementedError):
     """The graph holds ops that no lowering covers."""
 
 
+# Higher-order ops (ops that take subgraphs, such as flex attention) -> their lowering, which
+# receives each subgraph as a GraphModule (graph/flex_attention.py registers its two).
+HIGHER_ORDER: dict = {}
+
+
+def higher_order(op):
+    """Register the decorated function as the lowering of the higher-order op ``op``."""
+    def register(fn):
+        HIGHER_ORDER[op] = fn
+        return fn
+
+    return register
+
+
 # Copies into a graph input: AOTAutograd's in-place updates of inputs, and FSDP2's copy of the
 # all-gathered parameters into the unsharded parameter (``torch.ops.fsdp.copy_``, defined by
 # torch.distributed.fsdp, hence named here rather than looked up at import).
@@ -81,7 +95,7 @@ def unsupported_ops(gm: torch.fx.GraphModule) -> list[str]:
             continue
         op = node.target
         if not isinstance(op, torch._ops.OpOverload):
-            if isinstance(op, torch._ops.HigherOrderOperator):
+            if isinstance(op, torch._ops.HigherOrderOperator) and op not in HIGHER_ORDER:
                 missing.add(str(op))
             continue
         if _is_copy(op):
@@ -174,6 +188,8 @@ def _constant(value):
 
 def _call(node, args, kwargs, key, plan, symbols):
     op = node.target
+    if op in HIGHER_ORDER:
+        return _conform_all(HIGHER_ORDER[op](*args, **kwargs), node.meta.get("val"), op)
     if op is operator.getitem or not isinstance(op, torch._ops.OpOverload):
         return op(*args, **kwargs)  # getitem, and Python arithmetic on sizes
     if plan is not None and spmd.handler_of(op) is not None:
@@ -245,8 +261,9 @@ def to_jax_function(gm: torch.fx.GraphModule, plan: spmd.Plan | None = None):
             return torch.fx.node.map_arg(arg, lambda n: env[n])
 
         for node in nodes:
-            if node.op == "get_attr":
-                env[node] = _constant(operator.attrgetter(node.target)(gm))
+            if node.op == "get_attr":  # a lifted constant, or the subgraph of a higher-order op
+                attribute = operator.attrgetter(node.target)(gm)
+                env[node] = attribute if isinstance(attribute, torch.fx.GraphModule) else _constant(attribute)
             elif node.op == "call_function" and _is_copy(node.target):
                 target, source = node.args[0], value(node.args[1])
                 env[target] = _conform(source, target.meta["val"], node.target)

@@ -3,10 +3,11 @@
 - ``module_to``: ``Module.to("tpu")`` keeps Parameter identity (tied weights stay tied).
 - ``accelerator``: ``torch.accelerator``'s memory functions answer for tpu.
 - ``serialization``: ``torch.load``, ``copy.deepcopy`` and ``pickle`` of tpu storages.
+- ``flex_attention``: flex attention accepts tpu inputs (its device check lists the devices it knew).
 - ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
 """
 
-from . import accelerator, default_compiler, module_to, serialization
+from . import accelerator, default_compiler, flex_attention, module_to, serialization
 
 
 def install() -> None:
@@ -14,3 +15,4 @@ def install() -> None:
     accelerator.install()
     serialization.install()
     default_compiler.install()
+    flex_attention.install()
