@@ -47,8 +47,8 @@ def write_assets(folder) -> tuple[str, str]:
     return str(tokenizer_dir), str(data_dir)
 
 
-def flags(tokenizer: str, data: str, dump, flavor: str = "debugmodel") -> list[str]:
-    return ["--model.name", "llama3", "--model.flavor", flavor, "--model.hf_assets_path", tokenizer,
+def flags(tokenizer: str, data: str, dump, flavor: str = "debugmodel", model: str = "llama3") -> list[str]:
+    return ["--model.name", model, "--model.flavor", flavor, "--model.hf_assets_path", tokenizer,
             "--training.dataset", "c4_test", "--training.dataset_path", data, "--training.local_batch_size", "2",
             "--training.seq_len", "64", "--metrics.log_freq", "1", "--job.dump_folder", str(dump)]
 
@@ -62,15 +62,20 @@ def run(entry: list[str], nprocs: int, argv: list[str], env: dict | None = None)
     return [float(loss) for loss in re.findall(r"step:\s*\d+\s+loss:\s*([0-9.]+)", log)]
 
 
-@pytest.fixture(scope="module")
-def seed(tmp_path_factory):
-    """The assets and a step-0 checkpoint of the debug model, initialised on the CPU."""
-    folder = tmp_path_factory.mktemp("titan")
-    tokenizer, data = write_assets(folder)
-    run([REFERENCE], 1, [*flags(tokenizer, data, folder / "seed"), "--checkpoint.enable",
+def write_seed_checkpoint(tokenizer: str, data: str, folder, model: str) -> str:
+    """A step-0 checkpoint of ``model``'s debug flavor, initialised on the CPU: its path."""
+    run([REFERENCE], 1, [*flags(tokenizer, data, folder, model=model), "--checkpoint.enable",
                          "--checkpoint.create_seed_checkpoint", "--training.steps", "1",
                          "--parallelism.data_parallel_shard_degree", "1"], env=ON_CPU)
-    return tokenizer, data, str(folder / "seed" / "checkpoint" / "step-0")
+    return str(folder / "checkpoint" / "step-0")
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory):
+    """The assets and a step-0 checkpoint of the llama3 debug model."""
+    folder = tmp_path_factory.mktemp("titan")
+    tokenizer, data = write_assets(folder)
+    return tokenizer, data, write_seed_checkpoint(tokenizer, data, folder / "seed", "llama3")
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +163,15 @@ def test_flex_attention_with_document_masks_gives_the_losses_of_pytorchs_own_imp
                     env={"TORCHDYNAMO_DISABLE": "1"})
     assert len(lowered) == STEPS
     assert lowered == pytest.approx(composite, rel=1e-4)
+
+
+def test_the_deepseek_v3_mixture_of_experts_under_fsdp_gives_the_losses_of_cpu_gloo(seed, tmp_path):
+    """TorchTitan's deepseek_v3 debug model (8 routed experts, top-3, 2 shared; multi-head latent
+    attention) under FSDP2 on 2 processes."""
+    tokenizer, data, _ = seed
+    checkpoint = write_seed_checkpoint(tokenizer, data, tmp_path / "seed", "deepseek_v3")
+    argv = same_run("float32", checkpoint)
+    cpu = run([REFERENCE], 2, [*flags(tokenizer, data, tmp_path / "cpu", model="deepseek_v3"), *argv], env=ON_CPU)
+    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "tpu", model="deepseek_v3"), *argv])
+    assert len(cpu) == STEPS
+    assert tpu == pytest.approx(cpu, rel=1e-4)
