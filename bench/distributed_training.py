@@ -120,14 +120,8 @@ def main() -> None:
     started = time.time()
     if args.quick:
         args.sizes, args.steps, args.warmup = "2", 2, 1
-    rows = []
-    for nprocs in map(int, args.sizes.split(",")):
-        for config in CONFIGS:
-            try:
-                rows.append(run(config, nprocs, args.steps, args.warmup, timeout=3600))
-            except Exception as error:  # noqa: BLE001  a failed configuration is reported, not hidden
-                print(f"FAILED {config} n={nprocs}: {str(error)[-2000:]}", file=sys.stderr)
-            print(table(rows), flush=True)
+    rows = results.sweep(map(int, args.sizes.split(",")), CONFIGS,
+                         lambda config, nprocs: run(config, nprocs, args.steps, args.warmup, timeout=3600), table)
     if args.quick:
         return
     import jax

@@ -37,3 +37,20 @@ def how_measured(command: str, started: float, device: str, versions: str, notes
         f"- Versions: {versions}",
         f"- Total time: {time.time() - started:.0f} s",
     ])
+
+
+def sweep(sizes, configs, measure, table) -> list:
+    """``measure(config, nprocs)`` for every world size and configuration, the table printed as it
+    grows; a configuration that fails is reported on stderr, not hidden, and the sweep goes on."""
+    import sys
+
+    rows = []
+    for nprocs in sizes:
+        for config in configs:
+            try:
+                rows.append(measure(config, nprocs))
+            except Exception as error:  # noqa: BLE001
+                print(f"FAILED {config} n={nprocs}: {str(error)[-2000:]}", file=sys.stderr)
+            print(table(rows), flush=True)
+    return rows
+
