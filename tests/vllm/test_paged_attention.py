@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchtpu.integrations.vllm import attention
-from torchtpu.integrations.vllm.attention import build_host_metadata, chunked_paged_attention, kv_storage_dtype, \
-    paged_attention, write_kv_cache
+from torchtpu.integrations import paged_attention as attention
+from torchtpu.integrations.paged_attention import chunked_paged_attention, kv_storage_dtype, paged_attention, \
+    write_kv_cache
+from torchtpu.integrations.vllm.attention import build_host_metadata
 
 BLOCK, KV_HEADS, Q_HEADS, HEAD = 4, 2, 4, 8
 

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from torchtpu import config
 from torchtpu.integrations.vllm import pallas_attention
-from torchtpu.integrations.vllm.attention import build_host_metadata, kv_storage_dtype, paged_attention, \
-    write_kv_cache
+from torchtpu.integrations.paged_attention import kv_storage_dtype, paged_attention, write_kv_cache
+from torchtpu.integrations.vllm.attention import build_host_metadata
 from torchtpu.runtime import device as runtime_device
 
 # Head size 128: the kernel's lane width. Blocks of 2 pages (8 positions) and 8 queries

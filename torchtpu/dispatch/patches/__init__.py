@@ -5,9 +5,10 @@
 - ``serialization``: ``torch.load``, ``copy.deepcopy`` and ``pickle`` of tpu storages.
 - ``flex_attention``: flex attention accepts tpu inputs (its device check lists the devices it knew).
 - ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
+- ``torchvision_ops``: ``import torchvision`` works when PyPI's CUDA torchvision sits beside a CPU torch.
 """
 
-from . import accelerator, default_compiler, flex_attention, module_to, serialization
+from . import accelerator, default_compiler, flex_attention, module_to, serialization, torchvision_ops
 
 
 def install() -> None:
@@ -16,3 +17,4 @@ def install() -> None:
     serialization.install()
     default_compiler.install()
     flex_attention.install()
+    torchvision_ops.install()

@@ -14,6 +14,8 @@ Nothing here is imported by ``import torchtpu``.
 
 from __future__ import annotations
 
+from .. import platform_unless_opted_out
+
 ATTENTION_BACKEND = "TORCHTPU"
 _PLATFORM = "torchtpu.integrations.vllm.platform.TpuPlatform"
 _BACKEND_PATH = "torchtpu.integrations.vllm.attention.TpuAttentionBackend"
@@ -21,11 +23,7 @@ _BACKEND_PATH = "torchtpu.integrations.vllm.attention.TpuAttentionBackend"
 
 def platform_plugin() -> str | None:
     """The qualified name of torchtpu's vLLM platform, or None to stay out of the way."""
-    try:
-        from torchtpu import config
-    except Exception:  # torchtpu does not import here: let vLLM pick its own platform
-        return None
-    return _PLATFORM if config.current.vllm else None
+    return platform_unless_opted_out(_PLATFORM, "vllm")
 
 
 def register() -> None:

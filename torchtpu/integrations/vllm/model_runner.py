@@ -20,7 +20,8 @@ from vllm.v1.worker.utils import bind_kv_cache
 
 from torchtpu.core import tensor
 
-from .attention import kv_cache_shape, kv_storage_dtype, token_bucket
+from ..paged_attention import kv_storage_dtype, token_bucket
+from .attention import kv_cache_shape
 from .compiled import check_same_rows, compile_per_bucket
 from .sampler import TpuSampler, install_host_sampling_metadata, request_bucket, request_buckets
 from .weights import store_linear_weights_in_out

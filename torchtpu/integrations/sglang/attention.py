@@ -1,0 +1,116 @@
+"""The ``tpu`` attention backend for SGLang: one paged-attention op per layer over SGLang's KV pool.
+
+SGLang keeps a key and a value buffer per layer, ``[slots, kv_heads, head_dim]``,
+and a request's tokens live at the slots its row of ``req_to_token`` lists:
+pages of one token. The computation is the vLLM backend's
+(``torchtpu.integrations.paged_attention``, layout ``"separate"``): each token
+attends to the step's own keys of its request, up to its position, and to the
+keys its request cached before the step (a prefix-cache hit, an earlier chunk
+of a chunked prefill, or the whole context of a decode step), a chunk of 64
+slots at a time. Prefill, decode and mixed batches are the same op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+from torchtpu.core import tensor
+
+from ..paged_attention import chunk_pages, chunked_attention_op
+
+# SGLang's pools hold one token per page (page_size 1).
+PAGE_SIZE = 1
+SLOTS_PER_CHUNK = chunk_pages(PAGE_SIZE)
+
+
+@dataclass
+class TpuForwardMetadata:
+    token_request: torch.Tensor   # [T] int64: the request (row of block_tables) of each token
+    token_position: torch.Tensor  # [T] int64: the token's position in its sequence
+    token_cached: torch.Tensor    # [T] int64: positions its request cached before this step
+    cached_chunks: torch.Tensor   # [] int64: chunks of SLOTS_PER_CHUNK slots the longest cached prefix spans
+    block_tables: torch.Tensor    # [S, P] int32: the slots of each request, P a multiple of SLOTS_PER_CHUNK
+
+
+def host_metadata(cached_lens: np.ndarray, new_lens: np.ndarray) -> dict[str, np.ndarray]:
+    """A step's per-token arrays from each request's cached and new token counts (requests in batch order)."""
+    token_request = np.repeat(np.arange(len(new_lens)), new_lens)
+    starts = np.cumsum(new_lens) - new_lens
+    offset = np.arange(int(new_lens.sum())) - np.repeat(starts, new_lens)
+    token_cached = np.repeat(cached_lens, new_lens)
+    longest_prefix = int(cached_lens.max(initial=0))
+    return {
+        "token_request": token_request.astype(np.int64),
+        "token_position": (token_cached + offset).astype(np.int64),
+        "token_cached": token_cached.astype(np.int64),
+        "cached_chunks": np.array(-(-longest_prefix // SLOTS_PER_CHUNK), np.int64),
+    }
+
+
+def step_lengths(forward_batch) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's cached and new token counts in this step, from the batch's host copies."""
+    if forward_batch.forward_mode.is_decode():
+        seq_lens = forward_batch.seq_lens_cpu.numpy().astype(np.int64)
+        return seq_lens - 1, np.ones_like(seq_lens)
+    return (np.asarray(forward_batch.extend_prefix_lens_cpu, np.int64),
+            np.asarray(forward_batch.extend_seq_lens_cpu, np.int64))
+
+
+def padded_block_tables(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor) -> torch.Tensor:
+    """The slot rows of the step's requests, padded to whole chunks (the op reads a chunk at a time)."""
+    tables = req_to_token.index_select(0, req_pool_indices)
+    pad = -tables.shape[1] % SLOTS_PER_CHUNK
+    return torch.nn.functional.pad(tables, (0, pad)) if pad else tables
+
+
+class TpuAttnBackend(AttentionBackend):
+    def __init__(self, model_runner):
+        super().__init__()
+        self.device = model_runner.device
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.forward_metadata: TpuForwardMetadata | None = None
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        arrays = host_metadata(*step_lengths(forward_batch))
+        uploaded = tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])
+        tables = padded_block_tables(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices)
+        self.forward_metadata = TpuForwardMetadata(**dict(zip(arrays, uploaded)), block_tables=tables)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache: bool = True, **kwargs):
+        return self._attend(q, k, v, layer, forward_batch, save_kv_cache)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache: bool = True, **kwargs):
+        return self._attend(q, k, v, layer, forward_batch, save_kv_cache)
+
+    def _attend(self, q, k, v, layer, forward_batch, save_kv_cache: bool):
+        check_supported(layer)
+        if save_kv_cache:
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+        query = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        key = k.reshape(-1, layer.tp_k_head_num, layer.qk_head_dim)
+        value = v.reshape(-1, layer.tp_v_head_num, layer.v_head_dim)
+        window = layer.sliding_window_size if layer.sliding_window_size is not None and layer.sliding_window_size > -1 \
+            else None
+        op = chunked_attention_op(layer.scaling, window, layer.logit_cap or None, PAGE_SIZE, layout="separate")
+        meta = self.forward_metadata
+        out = op(query, key, value, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+                 self.token_to_kv_pool.get_value_buffer(layer.layer_id), meta.block_tables, meta.token_request,
+                 meta.token_position, meta.token_cached, meta.cached_chunks)
+        return out.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def support_triton(self):
+        return False
+
+
+def check_supported(layer) -> None:
+    if layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY:
+        raise NotImplementedError("torchtpu: SGLang's tpu attention runs causal decoder attention only")
+    if layer.qk_head_dim != layer.v_head_dim:
+        raise NotImplementedError("torchtpu: keys and values of different head sizes are not supported yet")

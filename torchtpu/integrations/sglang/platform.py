@@ -1,0 +1,105 @@
+"""torchtpu's SGLang platform: how SGLang's runtime sees the ``tpu`` device."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from sglang.srt.platforms.device_mixin import DeviceCapability, PlatformEnum
+from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
+
+from torchtpu import config  # importing torchtpu registers the device
+
+from . import ATTENTION_BACKEND
+
+logger = logging.getLogger(__name__)
+
+
+class TpuSRTPlatform(SRTPlatform):
+    _enum = PlatformEnum.OOT
+    device_name: str = "tpu"
+    device_type: str = "tpu"
+    # No Triton on tpu: SGLang's allocator and request-to-token writers take their torch paths.
+    capabilities = PlatformCapabilities()
+
+    # --- the device --------------------------------------------------------------------------
+
+    def get_device(self, device_id: int = 0) -> torch.device:
+        return torch.device("tpu", device_id)
+
+    def set_device(self, device: torch.device) -> None:
+        torch.tpu.set_device(device)
+
+    def get_device_name(self, device_id: int = 0) -> str:
+        return torch.tpu.get_device_name(device_id)
+
+    def get_device_uuid(self, device_id: int = 0) -> str:
+        return f"tpu-{config.current.chip}"
+
+    def get_device_capability(self, device_id: int = 0) -> DeviceCapability | None:
+        return None  # no CUDA compute capability: SGLang's capability-gated kernels stay off
+
+    def get_device_total_memory(self, device_id: int = 0) -> int:
+        return int(torch.tpu.get_device_properties(device_id).total_memory)
+
+    def get_current_memory_usage(self, device=None) -> float:
+        return float(torch.tpu.memory_allocated(device))
+
+    def get_available_memory(self, device_id: int = 0) -> tuple[int, int]:
+        return torch.tpu.mem_get_info(device_id)
+
+    def empty_cache(self) -> None:
+        torch.tpu.empty_cache()
+
+    def synchronize(self) -> None:
+        torch.tpu.synchronize()
+
+    def is_pin_memory_available(self, device=None) -> bool:
+        return False
+
+    def get_torch_distributed_backend_str(self) -> str:
+        return "tpu"
+
+    def get_group_coordinator_device(self, local_rank: int) -> torch.device:
+        return torch.device("tpu", local_rank)
+
+    @classmethod
+    def seed_everything(cls, seed: int | None = None) -> None:
+        if seed is not None:
+            torch.manual_seed(seed)
+            torch.tpu.manual_seed_all(seed)
+
+    @classmethod
+    def inference_mode(cls):
+        # Inference tensors would refuse the in-place KV-cache writes torchtpu makes on their storages.
+        return torch.no_grad()
+
+    def get_torch_profiler_activity_str(self) -> str:
+        return "CPU"
+
+    def get_torch_profiler_activity(self) -> torch.profiler.ProfilerActivity:
+        return torch.profiler.ProfilerActivity.CPU
+
+    # --- SGLang's subsystems -----------------------------------------------------------------
+
+    def get_default_attention_backend(self) -> str:
+        return ATTENTION_BACKEND
+
+    def get_compile_backend(self, mode: str | None = None) -> str:
+        return "tpu"
+
+    def get_dispatch_key_name(self) -> str:
+        return "native"  # SGLang's fused ops run their forward_native (torch ops) on tpu
+
+    def apply_server_args_defaults(self, server_args) -> None:
+        """Settings SGLang's CUDA defaults would get wrong on tpu."""
+        server_args.sampling_backend = "pytorch"
+        server_args.disable_overlap_schedule = True  # one host thread drives the chip
+        server_args.disable_cuda_graph = True  # until the tpu graph runner exists
+        server_args.disable_decode_cuda_graph = True
+        server_args.disable_prefill_cuda_graph = True
+        if server_args.attention_backend is None:
+            server_args.attention_backend = ATTENTION_BACKEND
+        for name in ("prefill_attention_backend", "decode_attention_backend"):
+            if getattr(server_args, name, None) is None:
+                setattr(server_args, name, server_args.attention_backend)
