@@ -10,7 +10,8 @@ import torchtpu  # noqa: E402,F401
 # The engine tests CI runs are smoke tests; the long ones (marked ``slow``: vLLM's model matrix,
 # TorchTitan on 4 processes) run with ``-m slow`` or the folder's variable set to 1
 # (``scripts/vllm_matrix.sh`` runs the matrix and writes its report).
-SLOW_FOLDERS = {"tests/vllm/": "TORCHTPU_VLLM_ALL", "tests/titan/": "TORCHTPU_TITAN_ALL"}
+SLOW_FOLDERS = {"tests/vllm/": "TORCHTPU_VLLM_ALL", "tests/titan/": "TORCHTPU_TITAN_ALL",
+                "tests/sglang/": "TORCHTPU_SGLANG_ALL"}
 
 
 def pytest_collection_modifyitems(config, items):

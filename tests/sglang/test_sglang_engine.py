@@ -1,0 +1,114 @@
+"""SGLang's offline engine on tpu against transformers on CPU (the oracle), with tiny random models.
+
+SGLang finds torchtpu's platform through its ``sglang.srt.platforms`` entry
+point; ``device="tpu"`` runs the model, the KV pool and the ``tpu`` attention
+backend on the tpu device. Greedy tokens must equal transformers'
+``generate()`` exactly, in float32 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+sgl = pytest.importorskip("sglang", reason="SGLang is not installed: ./scripts/setup_engines.sh installs it")
+
+from tiny_models import tokenizer, transformers_greedy, write_model  # noqa: E402
+
+PROMPTS = [
+    "the cat sat on the mat",
+    "a dog ran",
+    "the big red car and the small blue bird sat under the old tree",
+    "night",
+]
+MAX_TOKENS = 8
+GREEDY = {"temperature": 0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+
+
+@contextlib.contextmanager
+def tiny_engine(path: str, dtype: str = "float32", **kwargs):
+    """An ``sglang.Engine`` on tpu with a small KV pool (2048 tokens), shut down on exit."""
+    engine = sgl.Engine(model_path=path, device="tpu", dtype=dtype, max_total_tokens=2048, mem_fraction_static=0.1,
+                        random_seed=0, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
+
+
+def greedy(engine, prompts) -> list[list[int]]:
+    return [out["output_ids"] for out in engine.generate(prompts, dict(GREEDY))]
+
+
+@pytest.fixture(scope="module")
+def llama_path(tmp_path_factory) -> str:
+    return write_model(tmp_path_factory.mktemp("tiny_llama"), "llama")
+
+
+@pytest.fixture(scope="module")
+def engine(llama_path):
+    with tiny_engine(llama_path) as engine:
+        yield engine
+
+
+def test_the_tpu_platform_and_attention_backend_are_active(engine):
+    from sglang.srt.platforms import current_platform
+
+    from torchtpu.integrations.sglang.platform import TpuSRTPlatform
+
+    assert isinstance(current_platform, TpuSRTPlatform)
+    args = engine.get_server_info()
+    assert args["device"] == "tpu"
+    assert args["attention_backend"] == "tpu"
+
+
+def test_greedy_tokens_equal_transformers_for_prompts_of_different_lengths(engine, llama_path):
+    assert greedy(engine, PROMPTS) == transformers_greedy(llama_path, PROMPTS, MAX_TOKENS)
+
+
+def test_a_shared_prefix_is_served_from_the_radix_cache(engine, llama_path):
+    first = "the old house under the big tree and the small red car"
+    second = first + " then the dog slept"
+    expected = transformers_greedy(llama_path, [second], MAX_TOKENS)
+    engine.generate(first, dict(GREEDY))
+    out = engine.generate(second, dict(GREEDY))
+    shared = len(tokenizer()(first)["input_ids"])
+    # The radix tree holds the first prompt (and its generated tokens, which differ from the second's words).
+    assert 0 < out["meta_info"]["cached_tokens"] <= shared
+    assert out["output_ids"] == expected[0]
+
+
+def test_32_requests_in_one_batch_are_all_answered(engine, llama_path):
+    words = tokenizer().get_vocab()
+    vocabulary = sorted(w for w in words if not w.startswith("<"))
+    prompts = [" ".join(vocabulary[(7 * i + j) % len(vocabulary)] for j in range(1 + i % 9)) for i in range(32)]
+    outputs = engine.generate(prompts, dict(GREEDY))
+    assert len(outputs) == 32
+    assert all(out["meta_info"]["finish_reason"]["type"] == "length" for out in outputs)
+    assert [out["output_ids"] for out in outputs] == transformers_greedy(llama_path, prompts, MAX_TOKENS)
+
+
+def test_sampling_with_top_k_1_equals_greedy(engine, llama_path):
+    # Temperature, top-p and top-k go through the sampler's filtering path; top-k 1 leaves one candidate.
+    params = {"temperature": 0.8, "top_p": 0.9, "top_k": 1, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+    outputs = engine.generate(PROMPTS, params)
+    assert [out["output_ids"] for out in outputs] == transformers_greedy(llama_path, PROMPTS, MAX_TOKENS)
+
+
+def test_sampling_draws_tokens_of_the_vocabulary(engine):
+    params = {"temperature": 1.0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+    outputs = engine.generate(PROMPTS, params)
+    vocab_size = len(tokenizer().get_vocab())
+    for out in outputs:
+        assert len(out["output_ids"]) == MAX_TOKENS
+        assert all(0 <= t < vocab_size for t in out["output_ids"])
+
+
+@pytest.mark.parametrize("arch,dtype", [("qwen3", "float32"), ("llama", "bfloat16")])
+def test_greedy_tokens_equal_transformers_for_another_model_and_dtype(tmp_path, arch, dtype):
+    path = write_model(tmp_path, arch)
+    expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, getattr(torch, dtype))
+    with tiny_engine(path, dtype) as engine:
+        assert greedy(engine, PROMPTS) == expected
