@@ -112,3 +112,17 @@ def test_greedy_tokens_equal_transformers_for_another_model_and_dtype(tmp_path, 
     expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, getattr(torch, dtype))
     with tiny_engine(path, dtype) as engine:
         assert greedy(engine, PROMPTS) == expected
+
+
+def test_compiled_decode_equals_transformers_and_does_not_recompile(llama_path, capfd, monkeypatch):
+    # --enable-torch-compile: decode steps run compiled per batch-size bucket (1, 2, 4, 8, 16, 32), all
+    # compiled at start-up. Dynamo's recompile log (in the scheduler process, on our stderr) must stay
+    # silent afterwards: three requests run padded to the bucket of 4, then fewer as they finish.
+    monkeypatch.setenv("TORCH_LOGS", "recompiles")
+    with tiny_engine(llama_path, enable_torch_compile=True) as engine:
+        started = capfd.readouterr().err
+        assert "Recompiling function" in started  # the log works: each bucket after the first is a recompile
+        prompts = PROMPTS[:3]
+        assert greedy(engine, prompts) == transformers_greedy(llama_path, prompts, MAX_TOKENS)
+        served = capfd.readouterr().err
+    assert "Recompiling function" not in served, served[-3000:]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
-from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from torchtpu.core import tensor
@@ -76,11 +76,16 @@ class TpuAttnBackend(AttentionBackend):
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = model_runner.token_to_kv_pool
         self.forward_metadata: TpuForwardMetadata | None = None
+        # Each layer's op, made here: defining an op while Dynamo traces the forward fails.
+        self.layer_ops = {layer.layer_id: layer_op(layer) for layer in model_runner.model.modules()
+                          if isinstance(layer, RadixAttention)}
 
     def init_forward_metadata(self, forward_batch) -> None:
-        arrays = host_metadata(*step_lengths(forward_batch))
+        self._upload(host_metadata(*step_lengths(forward_batch)), forward_batch.req_pool_indices)
+
+    def _upload(self, arrays: dict[str, np.ndarray], req_pool_indices: torch.Tensor) -> None:
         uploaded = tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])
-        tables = padded_block_tables(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices)
+        tables = padded_block_tables(self.req_to_token_pool.req_to_token, req_pool_indices)
         self.forward_metadata = TpuForwardMetadata(**dict(zip(arrays, uploaded)), block_tables=tables)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache: bool = True, **kwargs):
@@ -90,23 +95,42 @@ class TpuAttnBackend(AttentionBackend):
         return self._attend(q, k, v, layer, forward_batch, save_kv_cache)
 
     def _attend(self, q, k, v, layer, forward_batch, save_kv_cache: bool):
-        check_supported(layer)
         if save_kv_cache:
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
         query = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
         key = k.reshape(-1, layer.tp_k_head_num, layer.qk_head_dim)
         value = v.reshape(-1, layer.tp_v_head_num, layer.v_head_dim)
-        window = layer.sliding_window_size if layer.sliding_window_size is not None and layer.sliding_window_size > -1 \
-            else None
-        op = chunked_attention_op(layer.scaling, window, layer.logit_cap or None, PAGE_SIZE, layout="separate")
         meta = self.forward_metadata
-        out = op(query, key, value, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+        out = self.layer_ops[layer.layer_id](query, key, value, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
                  self.token_to_kv_pool.get_value_buffer(layer.layer_id), meta.block_tables, meta.token_request,
                  meta.token_position, meta.token_cached, meta.cached_chunks)
         return out.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
+    # The graph runner's hooks (SGLang's CPU graph runner, which the tpu runner extends).
+
+    def init_cpu_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        pass  # the metadata is uploaded fresh each step: no persistent buffers to size
+
+    def get_cpu_graph_seq_len_fill_value(self) -> int:
+        return 1  # a padding request: one token at position 0, in the reserved slot 0
+
+    def init_forward_metadata_capture_cpu_graph(self, bs, num_tokens, req_pool_indices, seq_lens, out_cache_loc,
+                                                encoder_lens, forward_mode, spec_info) -> None:
+        if not forward_mode.is_decode():
+            raise NotImplementedError(f"torchtpu: the tpu graph runner compiles decode steps, not {forward_mode}")
+        lengths = seq_lens.cpu().numpy().astype(np.int64)
+        self._upload(host_metadata(lengths - 1, np.ones_like(lengths)), req_pool_indices)
+
     def support_triton(self):
         return False
+
+
+def layer_op(layer):
+    """The paged-attention op of one attention layer (its scale, window and soft cap are constants of it)."""
+    check_supported(layer)
+    window = layer.sliding_window_size if layer.sliding_window_size is not None and layer.sliding_window_size > -1 \
+        else None
+    return chunked_attention_op(layer.scaling, window, layer.logit_cap or None, PAGE_SIZE, layout="separate")
 
 
 def check_supported(layer) -> None:

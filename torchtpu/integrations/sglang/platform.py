@@ -14,13 +14,17 @@ from . import ATTENTION_BACKEND
 
 logger = logging.getLogger(__name__)
 
+# The decode batch sizes compiled at start-up; a batch runs padded to the next one.
+DECODE_BATCH_BUCKETS = [1, 2, 4, 8, 16, 32]
+
 
 class TpuSRTPlatform(SRTPlatform):
     _enum = PlatformEnum.OOT
     device_name: str = "tpu"
     device_type: str = "tpu"
     # No Triton on tpu: SGLang's allocator and request-to-token writers take their torch paths.
-    capabilities = PlatformCapabilities()
+    # Decode steps run compiled per batch-size bucket (graph_runner.py).
+    capabilities = PlatformCapabilities(graph_capture=True)
 
     # --- the device --------------------------------------------------------------------------
 
@@ -85,6 +89,11 @@ class TpuSRTPlatform(SRTPlatform):
     def get_default_attention_backend(self) -> str:
         return ATTENTION_BACKEND
 
+    def get_graph_runner_cls(self) -> type:
+        from .graph_runner import TpuGraphRunner
+
+        return TpuGraphRunner
+
     def get_compile_backend(self, mode: str | None = None) -> str:
         return "tpu"
 
@@ -95,9 +104,19 @@ class TpuSRTPlatform(SRTPlatform):
         """Settings SGLang's CUDA defaults would get wrong on tpu."""
         server_args.sampling_backend = "pytorch"
         server_args.disable_overlap_schedule = True  # one host thread drives the chip
-        server_args.disable_cuda_graph = True  # until the tpu graph runner exists
-        server_args.disable_decode_cuda_graph = True
-        server_args.disable_prefill_cuda_graph = True
+        # With --enable-torch-compile, decode is compiled per batch-size bucket (graph_runner.py); without it,
+        # and always for prefill, the model runs op by op.
+        from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
+
+        graphs = server_args.cuda_graph_config
+        locked = getattr(server_args, "_cuda_graph_config_locked", set())
+        if (Phase.DECODE, "bs") not in locked:
+            graphs = with_phase(graphs, Phase.DECODE, bs=DECODE_BATCH_BUCKETS)
+        if (Phase.DECODE, "backend") not in locked and not server_args.enable_torch_compile:
+            graphs = with_phase(graphs, Phase.DECODE, backend=Backend.DISABLED)
+        if (Phase.PREFILL, "backend") not in locked:
+            graphs = with_phase(graphs, Phase.PREFILL, backend=Backend.DISABLED)
+        server_args.cuda_graph_config = graphs
         if server_args.attention_backend is None:
             server_args.attention_backend = ATTENTION_BACKEND
         for name in ("prefill_attention_backend", "decode_attention_backend"):
