@@ -7,7 +7,7 @@ were never defined, and the import fails. Transformers and SGLang import
 torchvision, so serving engines would not start. When (and only when) the ops
 library did not load, this defines those two schemas without kernels before
 the registrations run: the import succeeds, and calling the ops raises
-PyTorch's usual "could not run 'torchvision::nms'" error.
+torchvision's own "Couldn't load custom C++ ops" error.
 """
 
 from __future__ import annotations

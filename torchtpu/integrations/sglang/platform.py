@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 from sglang.srt.platforms.device_mixin import DeviceCapability, PlatformEnum
@@ -83,6 +84,17 @@ class TpuSRTPlatform(SRTPlatform):
 
     def get_torch_profiler_activity(self) -> torch.profiler.ProfilerActivity:
         return torch.profiler.ProfilerActivity.CPU
+
+    def init_backend(self) -> None:
+        """Once per SGLang worker: XLA's persistent cache under SGLang's cache folder (a second start
+        skips XLA's compiles), unless ``TORCHTPU_CACHE_DIR`` already chose one."""
+        if not config.current.cache_dir:
+            from sglang.srt.environ import envs
+
+            from torchtpu.runtime import compile_cache
+
+            compile_cache.enable_disk_cache(os.path.join(os.path.expanduser(envs.SGLANG_CACHE_DIR.get()),
+                                                         "torchtpu_xla_cache"))
 
     # --- SGLang's subsystems -----------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""The ``tpu`` attention backend's op over SGLang's KV layout against causal attention on CPU.
+
+SGLang keeps separate key and value buffers ``[slots, kv_heads, head_dim]`` and
+each request's slots in its row of ``req_to_token``; the op reads the cached
+keys 64 slots at a time and the step's new keys as given.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("sglang", reason="SGLang is not installed: ./scripts/setup_engines.sh installs it")
+
+from torchtpu.core import tensor  # noqa: E402
+from torchtpu.integrations.paged_attention import chunked_attention_op  # noqa: E402
+from torchtpu.integrations.sglang.attention import (SLOTS_PER_CHUNK, host_metadata,  # noqa: E402
+                                                    padded_block_tables)
+
+KV_HEADS, Q_HEADS, HEAD, SLOTS, CONTEXT = 2, 4, 8, 256, 80
+SCALE = HEAD ** -0.5
+
+
+def causal_attention(q, k, v, window=None):
+    """Attention of the last len(q) positions of one request over all of its keys, in float32 on CPU."""
+    n, length = q.shape[0], k.shape[0]
+    position = torch.arange(length - n, length)[:, None]
+    key = torch.arange(length)[None, :]
+    mask = key <= position
+    if window is not None:
+        mask &= key > position - window
+    rep = Q_HEADS // KV_HEADS
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.repeat_interleave(rep, 1).transpose(0, 1)[None],
+                                         v.repeat_interleave(rep, 1).transpose(0, 1)[None], attn_mask=mask,
+                                         scale=SCALE)
+    return out[0].transpose(0, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [None, 5])
+def test_mixed_batch_over_separate_key_and_value_buffers_matches_causal_attention(dtype, window):
+    # A decode step whose context crosses a chunk of 64 slots, a prefill, and a prefix-cache hit.
+    cached_lens, new_lens = [70, 0, 40], [1, 9, 5]
+    request_rows = [3, 1, 2]  # rows of req_to_token (SGLang's req_pool_indices)
+    torch.manual_seed(0)
+    seq_lens = [c + n for c, n in zip(cached_lens, new_lens)]
+    keys = [torch.randn(n, KV_HEADS, HEAD).to(dtype) for n in seq_lens]
+    values = [torch.randn(n, KV_HEADS, HEAD).to(dtype) for n in seq_lens]
+    queries = [torch.randn(n, Q_HEADS, HEAD).to(dtype) for n in new_lens]
+    # Each request's slots: scattered over the pool, none at the reserved slot 0.
+    slots = torch.randperm(SLOTS - 1)[:sum(seq_lens)] + 1
+    req_to_token = torch.zeros(4, CONTEXT, dtype=torch.int32)
+    key_cache = torch.zeros(SLOTS, KV_HEADS, HEAD, dtype=dtype)
+    value_cache = torch.zeros_like(key_cache)
+    start = 0
+    for r, row in enumerate(request_rows):
+        own = slots[start:start + seq_lens[r]]
+        start += seq_lens[r]
+        req_to_token[row, :seq_lens[r]] = own.int()
+        key_cache[own[:cached_lens[r]]] = keys[r][:cached_lens[r]]  # only what earlier steps cached
+        value_cache[own[:cached_lens[r]]] = values[r][:cached_lens[r]]
+
+    arrays = host_metadata(np.array(cached_lens), np.array(new_lens))
+    assert int(arrays["cached_chunks"]) == 2  # 70 cached slots: two chunks of 64
+    meta = dict(zip(arrays, tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])))
+    tables = padded_block_tables(req_to_token.to("tpu"), torch.tensor(request_rows, device="tpu"))
+    assert tables.shape == (3, 2 * SLOTS_PER_CHUNK)  # 80 slots padded to whole chunks
+    new_keys = torch.cat([k[c:] for k, c in zip(keys, cached_lens)])
+    new_values = torch.cat([v[c:] for v, c in zip(values, cached_lens)])
+    op = chunked_attention_op(SCALE, window, None, 1, layout="separate")
+    out = op(torch.cat(queries).to("tpu"), new_keys.to("tpu"), new_values.to("tpu"), key_cache.to("tpu"),
+             value_cache.to("tpu"), tables, meta["token_request"], meta["token_position"], meta["token_cached"],
+             meta["cached_chunks"]).float().cpu()
+
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    start = 0
+    for r, n in enumerate(new_lens):
+        expected = causal_attention(queries[r].float(), keys[r].float(), values[r].float(), window)
+        torch.testing.assert_close(out[start:start + n], expected, **tol)
+        start += n
+
+
+def test_host_metadata_places_each_token_after_its_requests_cached_prefix():
+    arrays = host_metadata(np.array([3, 0]), np.array([2, 1]))
+    assert arrays["token_request"].tolist() == [0, 0, 1]
+    assert arrays["token_position"].tolist() == [3, 4, 0]
+    assert arrays["token_cached"].tolist() == [3, 3, 0]
+    assert int(arrays["cached_chunks"]) == 1
