@@ -1,7 +1,8 @@
 """The one notion of a program that every executor runs: strict, debug and fused eager, and compiled graphs.
 
 A ``Program`` is a pure jax function of ``dynamic`` values (storage arrays,
-then runtime numbers, then the RNG seed and offset when it draws) returning
+then the storage offsets of views that start anywhere, then runtime numbers,
+then the RNG seed and offset when it draws) returning
 ``(outputs, {storage slot: new array})``, plus what is needed to wrap its
 outputs in tensors and to store what it wrote.  An eager op, a compiled
 graph joining a fused graph, and a fused graph's steps are all Programs, so

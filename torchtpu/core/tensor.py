@@ -300,7 +300,10 @@ def _gather(flat, layout):
         return jnp.zeros(size, flat.dtype)
     order = _dense_permutation(layout)
     if order is not None:
-        block = jax.lax.slice(flat, (offset,), (offset + numel,))
+        if type(offset) is int:
+            block = jax.lax.slice(flat, (offset,), (offset + numel,))
+        else:  # an offset passed at run time (see view_of)
+            block = jax.lax.dynamic_slice(flat, (offset,), (numel,))
         block = block.reshape([size[i] for i in order])
         inverse = sorted(range(len(order)), key=lambda k: order[k])
         return jnp.transpose(block, inverse).reshape(size)
@@ -356,14 +359,22 @@ def _reinterpret(flat, dtype):
     return jax.lax.bitcast_convert_type(flat.reshape(-1, dst // src), dtype)
 
 
-def view_of(array, src_layout, dst_layout, dtype, nbytes):
-    """The elements a tensor with ``dst_layout`` and ``dtype`` sees in the storage."""
+def view_of(array, src_layout, dst_layout, dtype, nbytes, offset=None):
+    """The elements a tensor with ``dst_layout`` and ``dtype`` sees in the storage.
+
+    ``offset``, when given, is the view's storage offset as a traced value: one
+    program then reads a slice wherever it starts, and ``dst_layout`` holds a
+    placeholder there, never equal to a storage's own offset."""
     if array is None:
         return jnp.zeros(dst_layout[0], dtype)
     if src_layout == dst_layout and array.dtype == dtype:
         return array
     flat = _flatten(array, src_layout, nbytes // array.dtype.itemsize)
-    return _gather(_reinterpret(flat, dtype), dst_layout)
+    return _gather(_reinterpret(flat, dtype), _at_offset(dst_layout, offset))
+
+
+def _at_offset(layout, offset):
+    return layout if offset is None else (layout[0], layout[1], offset)
 
 
 def _raw_dtype(dtype):
@@ -391,8 +402,8 @@ def covers_storage(layout, dtype, nbytes: int) -> bool:
             and math.prod(layout[0]) == nbytes // jnp.dtype(dtype).itemsize)
 
 
-def with_view_written(array, src_layout, dst_layout, value, nbytes):
-    """The storage's new array after writing ``value`` through ``dst_layout``."""
+def with_view_written(array, src_layout, dst_layout, value, nbytes, offset=None):
+    """The storage's new array after writing ``value`` through ``dst_layout`` (``offset``: as in ``view_of``)."""
     if math.prod(dst_layout[0]) == 0:
         return array
     old_dtype = None if array is None else array.dtype
@@ -404,7 +415,7 @@ def with_view_written(array, src_layout, dst_layout, value, nbytes):
         flat = jnp.zeros((numel,), new_dtype)
     else:
         flat = _reinterpret(_flatten(array, src_layout, nbytes // array.dtype.itemsize), new_dtype)
-    return _scatter(flat, dst_layout, value)
+    return _scatter(flat, _at_offset(dst_layout, offset), value)
 
 
 # ---- eager reads and writes ------------------------------------------------

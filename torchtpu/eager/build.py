@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from ..core import dtypes, tensor
 from ..core.program import Program, abstract_value, conform
 from ..runtime import rng
-from .key import ConstRef, GeneratorRef, NumberRef, TensorRef, tensor_refs
+from .key import ConstRef, GeneratorRef, MovableOffset, NumberRef, TensorRef, tensor_refs
 
 
 def build(plan, call, metas, dynamic) -> Program:
@@ -28,10 +28,10 @@ def build(plan, call, metas, dynamic) -> Program:
     targets = [ref for desc in mutated for ref in tensor_refs(desc)]
     write_steps, written_layouts, written_dtypes = _plan_writes(targets, storage_key)
     fresh_outputs = plan.kind == "functional"
-    n_storages = len(storage_key)
+    n_storages, n_inputs = len(storage_key), len(storage_key) + len(call.offsets)
 
     def program(*dynamic):
-        arrays, numbers = dynamic[:n_storages], list(dynamic[n_storages:])
+        arrays, offsets, numbers = dynamic[:n_storages], dynamic[n_storages:n_inputs], list(dynamic[n_inputs:])
         if lowering.random:
             offset, seed = numbers.pop(), numbers.pop()
             key = rng.key(seed, offset)
@@ -40,7 +40,8 @@ def build(plan, call, metas, dynamic) -> Program:
         def read(desc):
             if type(desc) is TensorRef:
                 layout, _, nbytes = storage_key[desc.slot]
-                value = tensor.view_of(arrays[desc.slot], layout, desc.layout, dtypes.to_jax(desc.dtype), nbytes)
+                value = tensor.view_of(arrays[desc.slot], layout, desc.layout, dtypes.to_jax(desc.dtype), nbytes,
+                                       _runtime_offset(desc, offsets))
                 return _apply_lazy(value, desc.lazy)
             if type(desc) is NumberRef:
                 return next(number_iter)
@@ -74,7 +75,8 @@ def build(plan, call, metas, dynamic) -> Program:
         current = list(arrays)
         for (slot, layout, view_layout, nbytes), value, ref in zip(write_steps, written, targets):
             value = _apply_lazy(value, ref.lazy)  # the storage holds the un-conjugated values
-            current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes)
+            current[slot] = tensor.with_view_written(current[slot], layout, view_layout, value, nbytes,
+                                                     _runtime_offset(ref, offsets))
         return (values if fresh_outputs else []), {slot: current[slot] for slot in written_layouts}
 
     if metas is None:  # no meta kernel: take shapes and dtypes from the lowering itself
@@ -86,6 +88,11 @@ def build(plan, call, metas, dynamic) -> Program:
         )
     name = f"{plan.op._schema.name}.{plan.op._overloadname}"
     return Program(name, program, out_metas, written_layouts, written_dtypes, fresh_outputs)
+
+
+def _runtime_offset(ref, offsets):
+    """The traced storage offset of a view whose key leaves it to run time, else None (it is in the layout)."""
+    return offsets[ref.offset.index] if type(ref.offset) is MovableOffset else None
 
 
 def _apply_lazy(value, lazy):

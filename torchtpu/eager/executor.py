@@ -68,6 +68,7 @@ def run(plan: Plan, args, kwargs):
     elif lowering.random:
         parity.check_numbers(plan, program, args, kwargs, call.numbers)
     dynamic = [buf.value for buf, _ in call.storages]  # arrays, or Deferreds in fused mode
+    dynamic += call.offsets
     dynamic += call.numbers
     if lowering.random:
         dynamic += rng.next_seed_and_offset(kwargs.get("generator"))

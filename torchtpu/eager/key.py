@@ -1,6 +1,7 @@
 """The key of one eager call: what its program depends on, and the values it passes at run time.
 
-Tensors are described by storage slot, layout and dtype; Python floats and
+Tensors are described by storage slot, layout and dtype (a view's storage
+offset is a runtime value unless it is 0 or the storage's own); Python floats and
 complex numbers are runtime values (so a changing learning rate does not
 recompile) unless the lowering needs them static; everything else is a
 constant of the program.  One pass over the arguments builds both the key
@@ -40,6 +41,13 @@ class TensorRef(NamedTuple):
         return (self.size, self.stride, self.offset)
 
 
+class MovableOffset(NamedTuple):
+    """A view's storage offset passed at run time, as the call's ``index``-th offset: one program
+    serves a slice of a storage wherever it starts (a request's row of a table, a span of a list)."""
+
+    index: int
+
+
 class NumberRef(NamedTuple):
     """A Python number passed to the program as a runtime value."""
 
@@ -60,13 +68,15 @@ class GeneratorRef(NamedTuple):
 class Call:
     """One call described: its key, and the dynamic inputs gathered on the way."""
 
-    __slots__ = ("key", "arg_key", "kw_key", "storage_key", "storages", "numbers", "_slots", "_op", "_static")
+    __slots__ = ("key", "arg_key", "kw_key", "storage_key", "storages", "offsets", "numbers", "_slots", "_op",
+                 "_static")
 
     def __init__(self, plan, args, kwargs):
         self._op = plan.op
         self._static = plan.lowering.static_numbers
         self._slots = {}  # storage id -> slot
         self.storages = []  # (Buffer, nbytes) of each distinct storage, by slot
+        self.offsets = []  # the storage offset of every view described by a MovableOffset
         self.numbers = []  # every dynamic Python number, in order
         self.arg_key = tuple(self._describe(a) for a in args)
         self.kw_key = tuple((k, self._describe(v)) for k, v in kwargs.items())
@@ -91,7 +101,11 @@ class Call:
                 slot = self._slots[storage._cdata] = len(self.storages)
                 self.storages.append((buffer, storage.nbytes()))
             lazy = (value.is_conj(), value.is_neg()) if value.dtype.is_complex else (False, False)
-            return TensorRef(slot, value.shape, value.stride(), value.storage_offset(), value.dtype, lazy)
+            size, stride, offset = value.shape, value.stride(), value.storage_offset()
+            if offset and (size, stride, offset) != buffer.layout:
+                self.offsets.append(offset)
+                offset = MovableOffset(len(self.offsets) - 1)
+            return TensorRef(slot, size, stride, offset, value.dtype, lazy)
         if isinstance(value, (list, tuple)):
             return tuple(self._describe(v) for v in value)
         if isinstance(value, _DYNAMIC_NUMBERS) and not self._static:
