@@ -5,6 +5,8 @@ each request's slots in its row of ``req_to_token``; the op reads the cached
 keys 64 slots at a time and the step's new keys as given.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -14,8 +16,8 @@ pytest.importorskip("sglang", reason="SGLang is not installed: ./scripts/setup_e
 
 from torchtpu.core import tensor  # noqa: E402
 from torchtpu.integrations.paged_attention import chunked_attention_op  # noqa: E402
-from torchtpu.integrations.sglang.attention import (SLOTS_PER_CHUNK, host_metadata,  # noqa: E402
-                                                    padded_block_tables)
+from torchtpu.integrations.sglang.attention import (SLOTS_PER_CHUNK, extend_bucket,  # noqa: E402
+                                                    host_metadata, padded_block_tables, padded_step)
 
 KV_HEADS, Q_HEADS, HEAD, SLOTS, CONTEXT = 2, 4, 8, 256, 80
 SCALE = HEAD ** -0.5
@@ -36,9 +38,10 @@ def causal_attention(q, k, v, window=None):
     return out[0].transpose(0, 1)
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["exact", "padded-to-bucket"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", [None, 5])
-def test_mixed_batch_over_separate_key_and_value_buffers_matches_causal_attention(dtype, window):
+def test_mixed_batch_over_separate_key_and_value_buffers_matches_causal_attention(dtype, window, padded):
     # A decode step whose context crosses a chunk of 64 slots, a prefill, and a prefix-cache hit.
     cached_lens, new_lens = [70, 0, 40], [1, 9, 5]
     request_rows = [3, 1, 2]  # rows of req_to_token (SGLang's req_pool_indices)
@@ -62,13 +65,19 @@ def test_mixed_batch_over_separate_key_and_value_buffers_matches_causal_attentio
 
     arrays = host_metadata(np.array(cached_lens), np.array(new_lens))
     assert int(arrays["cached_chunks"]) == 2  # 70 cached slots: two chunks of 64
+    new_queries = torch.cat(queries)
+    new_keys = torch.cat([k[c:] for k, c in zip(keys, cached_lens)])
+    new_values = torch.cat([v[c:] for v, c in zip(values, cached_lens)])
+    if padded:  # 15 tokens padded to 16 with tokens whose keys are large: no real token may see them
+        arrays, _ = padded_step(step_inputs(arrays), arrays)
+        assert len(arrays["token_position"]) == extend_bucket(15) == 16
+        new_queries, new_keys, new_values = (torch.cat([t, 100 * torch.ones_like(t[:1])])
+                                             for t in (new_queries, new_keys, new_values))
     meta = dict(zip(arrays, tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])))
     tables = padded_block_tables(req_to_token.to("tpu"), torch.tensor(request_rows, device="tpu"))
     assert tables.shape == (3, 2 * SLOTS_PER_CHUNK)  # 80 slots padded to whole chunks
-    new_keys = torch.cat([k[c:] for k, c in zip(keys, cached_lens)])
-    new_values = torch.cat([v[c:] for v, c in zip(values, cached_lens)])
     op = chunked_attention_op(SCALE, window, None, 1, layout="separate")
-    out = op(torch.cat(queries).to("tpu"), new_keys.to("tpu"), new_values.to("tpu"), key_cache.to("tpu"),
+    out = op(new_queries.to("tpu"), new_keys.to("tpu"), new_values.to("tpu"), key_cache.to("tpu"),
              value_cache.to("tpu"), tables, meta["token_request"], meta["token_position"], meta["token_cached"],
              meta["cached_chunks"]).float().cpu()
 
@@ -78,6 +87,33 @@ def test_mixed_batch_over_separate_key_and_value_buffers_matches_causal_attentio
         expected = causal_attention(queries[r].float(), keys[r].float(), values[r].float(), window)
         torch.testing.assert_close(out[start:start + n], expected, **tol)
         start += n
+    assert torch.isfinite(out[start:]).all()  # a padding token's output: unused, but finite
+
+
+def step_inputs(arrays):
+    """A stand-in for SGLang's ForwardBatch: the model inputs of the step ``arrays`` describe, on tpu."""
+    tokens = len(arrays["token_position"])
+    return SimpleNamespace(input_ids=torch.arange(10, 10 + tokens, device="tpu"),
+                           positions=torch.from_numpy(arrays["token_position"]).to("tpu"),
+                           out_cache_loc=torch.arange(50, 50 + tokens, device="tpu"))
+
+
+@pytest.mark.parametrize("tokens, bucket", [(1, 16), (16, 16), (17, 20), (100, 112), (128, 128), (129, 160),
+                                            (3081, 3584), (4096, 4096)])
+def test_extend_buckets_are_four_sizes_per_power_of_two(tokens, bucket):
+    assert extend_bucket(tokens) == bucket
+    assert (bucket - tokens) * 4 <= max(bucket, 64)  # padding adds at most a quarter (beyond the smallest bucket)
+
+
+def test_padding_tokens_come_last_write_the_reserved_slot_and_are_invisible_to_attention():
+    arrays = host_metadata(np.array([3, 0]), np.array([2, 15]))  # 17 tokens: bucket 20
+    padded, inputs = padded_step(step_inputs(arrays), arrays)
+    assert padded["token_request"].tolist() == [0, 0] + [1] * 15 + [0] * 3
+    assert padded["token_position"].tolist() == [3, 4] + list(range(15)) + [-1] * 3
+    assert padded["token_cached"].tolist() == [3, 3] + [0] * 15 + [0] * 3
+    assert inputs["input_ids"].tolist() == list(range(10, 27)) + [0] * 3
+    assert inputs["positions"].tolist() == [3, 4] + list(range(15)) + [0] * 3  # the model's rotary needs >= 0
+    assert inputs["out_cache_loc"].tolist() == list(range(50, 67)) + [0] * 3  # slot 0: SGLang's padding slot
 
 
 def test_host_metadata_places_each_token_after_its_requests_cached_prefix():

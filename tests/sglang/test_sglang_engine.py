@@ -8,14 +8,12 @@ backend on the tpu device. Greedy tokens must equal transformers'
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 # In-process engines: SGLang's scheduler processes signal their parent (the pytest worker) to quit when they fail,
-# and the engine leaves settings in os.environ. CI runs the server test (its own process group) as the smoke test;
-# these run with -m slow or TORCHTPU_SGLANG_ALL=1.
+# and the engine leaves settings in os.environ for the worker's later tests. CI runs the server test (its own
+# process group) as the smoke test; these run with -m slow or TORCHTPU_SGLANG_ALL=1.
 pytestmark = pytest.mark.slow
 
 sgl = pytest.importorskip("sglang", reason="SGLang is not installed: ./scripts/setup_engines.sh installs it")
@@ -32,14 +30,29 @@ MAX_TOKENS = 8
 GREEDY = {"temperature": 0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
 
 
-@contextlib.contextmanager
-def tiny_engine(path: str, dtype: str = "float32", **kwargs):
-    """An ``sglang.Engine`` on tpu with a small KV pool (2048 tokens), shut down on exit."""
+# The one engine alive in this process. SGLang's Engine.shutdown kills every child process of this one, so
+# shutting down a second engine would kill the first one's scheduler too, and the first engine's watchdog
+# would then quit the whole process.
+_live: dict = {}
+
+
+def start_engine(path: str, dtype: str = "float32", **kwargs):
+    """An ``sglang.Engine`` on tpu with a small KV pool (2048 tokens): the live one if it has these settings,
+    else a new one, started after the live one is shut down."""
+    settings = (path, dtype, sorted(kwargs.items()))
+    if _live.get("settings") == settings:
+        return _live["engine"]
+    stop_engine()
     engine = sgl.Engine(model_path=path, device="tpu", dtype=dtype, max_total_tokens=2048, mem_fraction_static=0.1,
                         random_seed=0, **kwargs)
-    try:
-        yield engine
-    finally:
+    _live.update(settings=settings, engine=engine)
+    return engine
+
+
+def stop_engine() -> None:
+    engine = _live.pop("engine", None)
+    _live.clear()
+    if engine is not None:
         engine.shutdown()
 
 
@@ -47,15 +60,21 @@ def greedy(engine, prompts) -> list[list[int]]:
     return [out["output_ids"] for out in engine.generate(prompts, dict(GREEDY))]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def stopped_at_the_end():
+    yield
+    stop_engine()
+
+
 @pytest.fixture(scope="module")
 def llama_path(tmp_path_factory) -> str:
     return write_model(tmp_path_factory.mktemp("tiny_llama"), "llama")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine(llama_path):
-    with tiny_engine(llama_path) as engine:
-        yield engine
+    """The tiny Llama's engine, shared by the tests that take it (started again if a test replaced it)."""
+    return start_engine(llama_path)
 
 
 def test_the_tpu_platform_and_attention_backend_are_active(engine):
@@ -115,8 +134,7 @@ def test_sampling_draws_tokens_of_the_vocabulary(engine):
 def test_greedy_tokens_equal_transformers_for_another_model_and_dtype(tmp_path, arch, dtype):
     path = write_model(tmp_path, arch)
     expected = transformers_greedy(path, PROMPTS, MAX_TOKENS, getattr(torch, dtype))
-    with tiny_engine(path, dtype) as engine:
-        assert greedy(engine, PROMPTS) == expected
+    assert greedy(start_engine(path, dtype), PROMPTS) == expected
 
 
 def test_compiled_decode_equals_transformers_and_does_not_recompile(llama_path, capfd, monkeypatch):
@@ -124,10 +142,10 @@ def test_compiled_decode_equals_transformers_and_does_not_recompile(llama_path, 
     # compiled at start-up. Dynamo's recompile log (in the scheduler process, on our stderr) must stay
     # silent afterwards: three requests run padded to the bucket of 4, then fewer as they finish.
     monkeypatch.setenv("TORCH_LOGS", "recompiles")
-    with tiny_engine(llama_path, enable_torch_compile=True) as engine:
-        started = capfd.readouterr().err
-        assert "Recompiling function" in started  # the log works: each bucket after the first is a recompile
-        prompts = PROMPTS[:3]
-        assert greedy(engine, prompts) == transformers_greedy(llama_path, prompts, MAX_TOKENS)
-        served = capfd.readouterr().err
+    engine = start_engine(llama_path, enable_torch_compile=True)
+    started = capfd.readouterr().err
+    assert "Recompiling function" in started  # the log works: each bucket after the first is a recompile
+    prompts = PROMPTS[:3]
+    assert greedy(engine, prompts) == transformers_greedy(llama_path, prompts, MAX_TOKENS)
+    served = capfd.readouterr().err
     assert "Recompiling function" not in served, served[-3000:]

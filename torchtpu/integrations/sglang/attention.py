@@ -8,6 +8,12 @@ attends to the step's own keys of its request, up to its position, and to the
 keys its request cached before the step (a prefix-cache hit, an earlier chunk
 of a chunked prefill, or the whole context of a decode step), a chunk of 64
 slots at a time. Prefill, decode and mixed batches are the same op.
+
+SGLang runs prefill (extend) batches op by op, and every op's program is
+compiled for the batch's token count, which the radix cache makes different
+at nearly every step. So an extend batch is padded to a token bucket
+(:func:`extend_bucket`) before the model sees it: a few programs serve every
+batch.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 
-from torchtpu.core import tensor
+from torchtpu.core import dtypes, tensor
 
 from ..paged_attention import chunk_pages, chunked_attention_op
 
@@ -53,6 +60,45 @@ def host_metadata(cached_lens: np.ndarray, new_lens: np.ndarray) -> dict[str, np
     }
 
 
+def extend_bucket(tokens: int) -> int:
+    """The padded token count of an extend batch: at least 16, then four sizes per power of two
+    (a quarter of a power of two apart), so padding adds at most a quarter to the batch."""
+    if tokens <= 16:
+        return 16
+    granule = 1 << max((tokens - 1).bit_length() - 3, 0)
+    return -(-tokens // granule) * granule
+
+
+def pads_to_bucket(forward_batch) -> bool:
+    """Whether padding the batch's tokens at its end changes nothing the batch returns: a plain extend
+    whose logits come from each request's last token (no input logprobs, no hidden states, no
+    model-specific positions or embeddings)."""
+    return (forward_batch.forward_mode in (ForwardMode.EXTEND, ForwardMode.MIXED)
+            and not forward_batch.return_logprob
+            and forward_batch.capture_hidden_mode in (None, CaptureHiddenMode.NULL)
+            and forward_batch.mrope_positions is None and forward_batch.input_embeds is None
+            and forward_batch.input_ids is not None)
+
+
+def padded_step(forward_batch, arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """The step's token arrays and model inputs with padding tokens at the end, up to its bucket.
+
+    A padding token is token 0 at position 0 for the model, written to slot 0 (SGLang's
+    reserved padding slot), and at position -1 for attention, where no token sees it."""
+    tokens = len(arrays["token_request"])
+    extra = extend_bucket(tokens) - tokens
+
+    def pad(values: np.ndarray, value: int) -> np.ndarray:
+        return np.pad(values, (0, extra), constant_values=value)
+
+    padded = {"token_request": pad(arrays["token_request"], 0), "token_position": pad(arrays["token_position"], -1),
+              "token_cached": pad(arrays["token_cached"], 0), "cached_chunks": arrays["cached_chunks"]}
+    positions = pad(arrays["token_position"], 0).astype(dtypes.to_jax(forward_batch.positions.dtype))
+    inputs = {"input_ids": pad(forward_batch.input_ids.cpu().numpy(), 0), "positions": positions,
+              "out_cache_loc": pad(forward_batch.out_cache_loc.cpu().numpy(), 0)}
+    return padded, inputs
+
+
 def step_lengths(forward_batch) -> tuple[np.ndarray, np.ndarray]:
     """Each request's cached and new token counts in this step, from the batch's host copies."""
     if forward_batch.forward_mode.is_decode():
@@ -81,12 +127,29 @@ class TpuAttnBackend(AttentionBackend):
                           if isinstance(layer, RadixAttention)}
 
     def init_forward_metadata(self, forward_batch) -> None:
-        self._upload(host_metadata(*step_lengths(forward_batch)), forward_batch.req_pool_indices)
+        arrays = host_metadata(*step_lengths(forward_batch))
+        if not pads_to_bucket(forward_batch):
+            self._upload(arrays, forward_batch.req_pool_indices)
+            return
+        # The model reads its inputs from the batch after this call (SGLang's eager runner): the padded
+        # ones replace them there.
+        arrays, inputs = padded_step(forward_batch, arrays)
+        for name, value in self._upload(arrays, forward_batch.req_pool_indices, inputs).items():
+            setattr(forward_batch, name, value)
+        # SGLang narrows attention to this many rows (its own padding's real ones); ours covers the padding too.
+        forward_batch.global_num_token_non_padded_cpu = len(arrays["token_request"])
 
-    def _upload(self, arrays: dict[str, np.ndarray], req_pool_indices: torch.Tensor) -> None:
-        uploaded = tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])
+    def _upload(self, arrays: dict[str, np.ndarray], req_pool_indices: torch.Tensor,
+                extra: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
+        """Upload the metadata ``arrays`` (kept as ``forward_metadata``) and ``extra``, in one transfer;
+        returns ``extra`` uploaded."""
+        extra = extra or {}
+        names = [*arrays, *extra]
+        uploaded = dict(zip(names, tensor.from_host_all([torch.from_numpy(a) for a in [*arrays.values(),
+                                                                                         *extra.values()]])))
         tables = padded_block_tables(self.req_to_token_pool.req_to_token, req_pool_indices)
-        self.forward_metadata = TpuForwardMetadata(**dict(zip(arrays, uploaded)), block_tables=tables)
+        self.forward_metadata = TpuForwardMetadata(**{name: uploaded[name] for name in arrays}, block_tables=tables)
+        return {name: uploaded[name] for name in extra}
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache: bool = True, **kwargs):
         return self._attend(q, k, v, layer, forward_batch, save_kv_cache)
