@@ -280,7 +280,7 @@ def test_metrics_counts_what_happened_and_the_old_functions_are_views_of_it():
     assert torch.tpu.host_sync_stats() == after["host_syncs"]
     assert torch.tpu.compile_stats() == after["compiles"]
     assert torch.tpu.compile_cache_stats() == after["compile_cache"]
-    assert set(after["totals"]) == {"programs_compiled", "cache_hits", "host_syncs", "cpu_fallbacks",
+    assert set(after["totals"]) == {"programs_compiled", "cache_hits", "host_syncs", "cpu_fallbacks", "host_runs",
                                     "graph_breaks", "donated_buffers", "cache_evictions"}
 
 

@@ -64,6 +64,9 @@ class Config:
         aliases=("TPU_MAX_FUSED_OPS",))
     cpu_fallback: bool = _setting(
         False, parse_flag, "Run ops that have no lowering on the host (slow; warned once per op, counted).")
+    host_runs_before_compile: int = _setting(
+        2, _parse_index, "Times a small integer op meeting a new shape runs on the host before its program compiles "
+        "(strict eager mode; 0: compile at once).")
     log_recompiles: bool = _setting(
         False, parse_flag, "Log every compile of a graph after its first, with what changed.")
     cache_dir: str | None = _setting(

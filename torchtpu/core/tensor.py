@@ -514,7 +514,7 @@ def _gather_on_host(t: torch.Tensor) -> bool:
     return nbytes <= HOST_GATHER_BYTES or 2 * t.numel() * t.element_size() >= nbytes
 
 
-def _numpy_strided(flat: np.ndarray, layout) -> np.ndarray:
+def numpy_strided(flat: np.ndarray, layout) -> np.ndarray:
     """A numpy view of a 1-d array through an element ``(size, stride, offset)`` layout."""
     size, stride, offset = layout
     if math.prod(size) == 0:
@@ -528,10 +528,10 @@ def host_view(array: np.ndarray, src_layout, dst_layout, dtype, nbytes: int) -> 
     storage = np.zeros(nbytes, np.uint8)
     if math.prod(src_layout[0]):
         src_flat = storage[: nbytes // array.dtype.itemsize * array.dtype.itemsize].view(array.dtype)
-        np.copyto(_numpy_strided(src_flat, src_layout), array.reshape(src_layout[0]))
+        np.copyto(numpy_strided(src_flat, src_layout), array.reshape(src_layout[0]))
     dtype = np.dtype(dtype)
     flat = storage[: nbytes // dtype.itemsize * dtype.itemsize].view(dtype)
-    return np.array(_numpy_strided(flat, dst_layout), copy=True)
+    return np.array(numpy_strided(flat, dst_layout), copy=True)
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:

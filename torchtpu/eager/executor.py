@@ -19,7 +19,7 @@ import torch
 from ..core import dtypes, tensor
 from ..runtime import caches, context, metrics, rng
 from ..runtime import device as runtime_device
-from . import parity
+from . import host_tier, parity
 from .build import build, flat_results
 from .key import HOST_INDEX_OPS, Call
 from .plan import Plan, plan_for
@@ -65,6 +65,10 @@ def run(plan: Plan, args, kwargs):
         if _writes_nothing(plan, args):
             PROGRAMS[call.key] = WRITES_NOTHING
             return args[0]
+        if host_tier.runs_on_host(plan, call.key, args, kwargs, metas):
+            result = host_tier.run(plan, call.key, args, kwargs)
+            if result is not host_tier.NO_CPU_KERNEL:
+                return result
     elif lowering.random:
         parity.check_numbers(plan, program, args, kwargs, call.numbers)
     dynamic = [buf.value for buf, _ in call.storages]  # arrays, or Deferreds in fused mode

@@ -14,6 +14,7 @@ _lock = threading.Lock()
 compiles = collections.Counter()  # what was compiled (an op, "fused graph", "compiled graph forward") -> programs
 host_syncs = collections.Counter()  # reason -> count
 cpu_fallbacks = collections.Counter()  # op -> calls run on the host
+host_runs = collections.Counter()  # op -> calls of a shape with no program yet, run on the host (eager/host_tier.py)
 graph_breaks = collections.Counter()  # fused mode: cause -> pending graphs run
 fused = collections.Counter()  # fused mode: graphs compiled / run, cache hits, ops fused, buffers donated
 graph_fallbacks = collections.Counter()  # why a compiled graph runs op by op instead -> count
@@ -24,6 +25,7 @@ _COUNTERS = {
     "compiles": compiles,
     "host_syncs": host_syncs,
     "cpu_fallbacks": cpu_fallbacks,
+    "host_runs": host_runs,
     "graph_breaks": graph_breaks,
     "fused": fused,
     "graph_fallbacks": graph_fallbacks,
@@ -55,6 +57,7 @@ def snapshot() -> dict:
         "cache_hits": result["compile_cache"]["hits"] + fused.get("graph cache hits", 0),
         "host_syncs": sum(host_syncs.values()),
         "cpu_fallbacks": sum(cpu_fallbacks.values()),
+        "host_runs": sum(host_runs.values()),
         "graph_breaks": sum(graph_breaks.values()),
         "donated_buffers": result["compile_cache"]["donated_inputs"] + fused.get("buffers donated", 0),
         "cache_evictions": sum(cache_evictions.values()),
