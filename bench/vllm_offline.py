@@ -45,8 +45,9 @@ and 16 tokens of their own, 8 new tokens each, after a warm-up call with
 the same prefix; **cached** is the prompt tokens SGLang reports served from
 its radix cache in that call. For the SGLang engines **programs compiled
 after warm-up** counts Dynamo's recompiles of the scheduler process
-(``TORCH_LOGS=recompiles``), not XLA programs: prefill runs op by op, and
-an op meeting a new prompt length compiles a program for it.
+(``TORCH_LOGS=recompiles``), not XLA programs: prefill runs op by op,
+padded to a token bucket, and an op meeting a new bucket compiles a program
+for it (small integer bookkeeping ops run on the host until a shape recurs).
 
     .venv/bin/python bench/vllm_offline.py                 # tiny; writes its section of docs/benchmarks.md
     .venv/bin/python bench/vllm_offline.py --size 100m     # ~125M parameters (slow on 2 cores); its own section
