@@ -6,9 +6,11 @@
 - ``flex_attention``: flex attention accepts tpu inputs (its device check lists the devices it knew).
 - ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
 - ``torchvision_ops``: ``import torchvision`` works when PyPI's CUDA torchvision sits beside a CPU torch.
+- ``torchtitan_kernels``: TorchTitan's one Triton kernel (expert parallelism's token regrouping) on tpu.
 """
 
-from . import accelerator, default_compiler, flex_attention, module_to, serialization, torchvision_ops
+from . import (accelerator, default_compiler, flex_attention, module_to, serialization, torchtitan_kernels,
+               torchvision_ops)
 
 
 def install() -> None:
@@ -18,3 +20,4 @@ def install() -> None:
     default_compiler.install()
     flex_attention.install()
     torchvision_ops.install()
+    torchtitan_kernels.install()

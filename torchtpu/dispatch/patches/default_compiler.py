@@ -19,7 +19,7 @@ import torch
 log = logging.getLogger("torchtpu")
 
 
-def _on_tpu(example_inputs) -> bool:
+def has_tpu_tensor(example_inputs) -> bool:
     return any(isinstance(value, torch.Tensor) and value.device.type == "tpu" for value in example_inputs)
 
 
@@ -32,7 +32,7 @@ def _say_once() -> None:
 def _routed(inductor_call):
     @functools.wraps(inductor_call)
     def call(self, model, example_inputs, **kwargs):
-        if not _on_tpu(example_inputs):
+        if not has_tpu_tensor(example_inputs):
             return inductor_call(self, model, example_inputs, **kwargs)
         from ...compile import tpu_backend
 

@@ -18,7 +18,7 @@ import functools
 import torch
 import torch.nn.attention.flex_attention as flex
 
-from .default_compiler import _on_tpu
+from .default_compiler import has_tpu_tensor
 
 
 def _allowing_tpu(validate):
@@ -39,7 +39,7 @@ def _tpu_graphs_to_torchtpu(backend):
     keeps later calls from recompiling."""
     @functools.wraps(backend)
     def call(gm, example_inputs, **kwargs):
-        if not _on_tpu(example_inputs):
+        if not has_tpu_tensor(example_inputs):
             return backend(gm, example_inputs, **kwargs)
         from ...compile import tpu_backend
 
