@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -37,12 +38,13 @@ def free_port() -> int:
 
 
 def launch(argv: list[str], nprocs: int, timeout: float, env: dict | None = None,
-           grace: float = 10.0) -> list[RankResult]:
+           grace: float = 10.0, kill_when: Callable[[], bool] | None = None) -> list[RankResult]:
     """Run ``python *argv`` as ranks 0..nprocs-1 on this host.
 
     Stops every rank when ``timeout`` seconds have passed, or ``grace``
     seconds after one rank failed (time for the others to report their own
-    error first).
+    error first). ``kill_when``, polled while they run, SIGKILLs every rank
+    the moment it holds, as a crashed host would.
     """
     port = free_port()
     base = dict(os.environ, **(env or {}))
@@ -55,7 +57,7 @@ def launch(argv: list[str], nprocs: int, timeout: float, env: dict | None = None
         outputs.append((out, err))
         procs.append(subprocess.Popen([sys.executable, *argv], env=rank_env, stdout=out, stderr=err,
                                       cwd=REPO, start_new_session=True))
-    killed = _supervise(procs, timeout, grace)
+    killed = _supervise(procs, timeout, grace, kill_when)
     results = []
     for rank, (proc, (out, err)) in enumerate(zip(procs, outputs)):
         out.seek(0)
@@ -67,25 +69,34 @@ def launch(argv: list[str], nprocs: int, timeout: float, env: dict | None = None
     return results
 
 
-def _supervise(procs, timeout: float, grace: float) -> dict[int, str]:
-    """Wait for the ranks; kill the survivors on timeout or after a failure. rank -> why killed."""
+def _supervise(procs, timeout: float, grace: float, kill_when) -> dict[int, str]:
+    """Wait for the ranks; kill the survivors on timeout, after a failure or when ``kill_when``
+    holds. rank -> why killed."""
     deadline = time.monotonic() + timeout
     reason = f"timeout after {timeout:.0f} s"
     while time.monotonic() < deadline:
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
             return {}
+        if kill_when is not None and kill_when():
+            return _kill(procs, _still_running(procs, "kill_when held"))
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             deadline = min(deadline, time.monotonic() + grace)
             reason = f"rank {failed[0]} failed (exit code {codes[failed[0]]})"
         time.sleep(0.2)
-    killed = {}
-    for rank, proc in enumerate(procs):
-        if proc.poll() is None:
-            killed[rank] = reason
-            _signal(proc, signal.SIGUSR1)  # workers dump every thread's stack on it (faulthandler)
+    killed = _still_running(procs, reason)
+    for rank in killed:
+        _signal(procs[rank], signal.SIGUSR1)  # workers dump every thread's stack on it (faulthandler)
     time.sleep(2 if killed else 0)
+    return _kill(procs, killed)
+
+
+def _still_running(procs, reason: str) -> dict[int, str]:
+    return {rank: reason for rank, proc in enumerate(procs) if proc.poll() is None}
+
+
+def _kill(procs, killed: dict[int, str]) -> dict[int, str]:
     for rank in killed:
         _signal(procs[rank], signal.SIGKILL, group=True)
         procs[rank].wait()

@@ -114,17 +114,21 @@ def test_fsdp_by_tensor_parallel_on_four_processes_gives_the_losses_of_cpu_gloo(
     assert tpu == pytest.approx(cpu_losses("float32", 4, two_d), rel=1e-4)
 
 
-def test_a_run_resumed_from_its_checkpoint_gives_the_losses_of_an_uninterrupted_one(seed, tmp_path):
-    """Checkpoints at steps 2 and 4 (DCP); a new job given only step 2 resumes there: steps 3 and 4
-    (weights, optimizer, scheduler and data position restored) equal the uninterrupted run's."""
+def test_a_run_killed_after_its_checkpoint_resumes_with_the_losses_of_an_uninterrupted_one(seed, tmp_path):
+    """Checkpoints every 2 steps (DCP). A second run of the job is SIGKILLed, every rank at once, as
+    soon as its step-2 checkpoint is complete; started again in the same folder, it resumes there:
+    steps 3 and 4 (weights, optimizer, scheduler and data position restored) equal the uninterrupted
+    run's."""
     tokenizer, data, checkpoint = seed
     four_steps = [*same_run("float32", checkpoint), "--training.steps", "4", "--checkpoint.interval", "2"]
     whole = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "whole"), *four_steps])
-    saved = tmp_path / "whole" / "checkpoint"
-    assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
-    shutil.copytree(saved / "step-2", tmp_path / "resumed" / "checkpoint" / "step-2")
-    resumed = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "resumed"), *four_steps])
     assert len(whole) == 4
+    job = ["-m", "torchtitan.train", *flags(tokenizer, data, tmp_path / "killed"), *four_steps]
+    saved = tmp_path / "killed" / "checkpoint"
+    crashed = launcher.launch(job, 2, timeout=TIMEOUT, kill_when=(saved / "step-2" / ".metadata").exists)
+    assert all(r.killed for r in crashed), "the run ended before it could be killed:\n" + launcher.report(crashed)
+    assert sorted(p.name for p in saved.iterdir()) == ["step-2"]
+    resumed = run(job[:2], 2, job[2:])
     assert resumed == whole[2:]
 
 
@@ -144,13 +148,25 @@ def test_flex_attention_with_document_masks_gives_the_losses_of_pytorchs_own_imp
     assert lowered == pytest.approx(composite, rel=1e-4)
 
 
-def test_the_deepseek_v3_mixture_of_experts_under_fsdp_gives_the_losses_of_cpu_gloo(seed, tmp_path):
-    """TorchTitan's deepseek_v3 debug model (8 routed experts, top-3, 2 shared; multi-head latent
-    attention) under FSDP2 on 2 processes."""
+@pytest.fixture(scope="module")
+def deepseek(seed, tmp_path_factory):
+    """A step-0 checkpoint of the deepseek_v3 debug model and the CPU/gloo FSDP run's losses from it."""
     tokenizer, data, _ = seed
-    checkpoint = write_seed_checkpoint(tokenizer, data, tmp_path / "seed", "deepseek_v3")
-    argv = same_run("float32", checkpoint)
-    cpu = run([REFERENCE], 2, [*flags(tokenizer, data, tmp_path / "cpu", model="deepseek_v3"), *argv], env=ON_CPU)
-    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path / "tpu", model="deepseek_v3"), *argv])
+    folder = tmp_path_factory.mktemp("deepseek")
+    argv = same_run("float32", write_seed_checkpoint(tokenizer, data, folder / "seed", "deepseek_v3"))
+    cpu = run([REFERENCE], 2, [*flags(tokenizer, data, folder / "cpu", model="deepseek_v3"), *argv], env=ON_CPU)
     assert len(cpu) == STEPS
+    return argv, cpu
+
+
+@pytest.mark.parametrize("parallelism", [(), ("--parallelism.expert_parallel_degree", "2")],
+                         ids=["fsdp", "expert-parallel"])
+def test_the_deepseek_v3_mixture_of_experts_gives_the_losses_of_cpu_gloo(seed, deepseek, tmp_path, parallelism):
+    """TorchTitan's deepseek_v3 debug model (8 routed experts, top-3, 2 shared; multi-head latent
+    attention) on 2 processes under FSDP2, and with its experts split over them (expert parallelism:
+    tokens travel to their experts' rank by all_to_all)."""
+    tokenizer, data, _ = seed
+    argv, cpu = deepseek
+    tpu = run(["-m", "torchtitan.train"], 2, [*flags(tokenizer, data, tmp_path, model="deepseek_v3"), *argv,
+                                              *parallelism])
     assert tpu == pytest.approx(cpu, rel=1e-4)
