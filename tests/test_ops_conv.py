@@ -163,3 +163,23 @@ def test_upsample_1d_3d():
     check_grad(lambda x: F.interpolate(x, size=13, mode="linear"), torch.randn(2, 3, 10))
     check_grad(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), torch.randn(2, 3, 10))
     check_grad(lambda x: F.interpolate(x, size=(3, 7, 4), mode="trilinear"), torch.randn(1, 2, 5, 5, 5))
+
+
+@pytest.mark.parametrize("shape, kernel, output_size", [
+    ((2, 3, 9, 11), (2, 3), (4, 5)),
+    ((3, 7, 7), (3, 3), (3, 3)),  # no batch dim
+    ((1, 1, 5, 5), (2, 2), (1, 2)),  # a single output row takes the last window
+    ((2, 2, 6, 7, 8), (2, 2, 3), (3, 4, 3)),
+])
+def test_fractional_max_pool_windows_indices_and_gradient(shape, kernel, output_size):
+    """With the random samples given, the windows are CPU's exactly: values, indices, gradient."""
+    n = len(kernel)
+    samples = torch.rand(shape[0] if len(shape) == n + 2 else 1, shape[-n - 1], n, generator=torch.Generator().manual_seed(0))
+    pool = F.fractional_max_pool2d if n == 2 else F.fractional_max_pool3d
+
+    def values_and_indices(x, samples):
+        return pool(x, kernel, output_size=output_size, return_indices=True, _random_samples=samples)
+
+    check(values_and_indices, torch.randn(shape), samples)
+    check_grad(lambda x: pool(x, kernel, output_size=output_size, _random_samples=samples.to(x.device)),
+               torch.randn(shape), atol=0, rtol=0)

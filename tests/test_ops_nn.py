@@ -126,8 +126,27 @@ def test_nll_loss_ignore_index_and_shapes():
     target = torch.randint(0, 5, (2, 3, 4))
     target[0, 0, 0] = -100
     check_grad(lambda x: F.nll_loss(x, target.to(x.device), CLASS_W.to(x.device)), torch.randn(2, 5, 3, 4))
-    # every target ignored: mean is 0/0 = nan, as on CPU
-    check(lambda x: F.nll_loss(x, torch.full((3,), -100, device=x.device)), LOGP[:3])
+    # every target ignored: mean is 0/0 = nan, as on CPU, and the gradient is 0, not nan
+    check_grad(lambda x: F.nll_loss(x, torch.full((3,), -100, device=x.device)), LOGP[:3])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("rows", [(4, 5), (5,)], ids=["batch", "one-row"])
+def test_multilabel_margin_loss(reduction, rows):
+    """Targets listed up to the first -1; a one-row input's unreduced loss is 0-dim, as on CPU."""
+    target = torch.tensor([[3, 0, -1, 1, 2], [1, -1, 4, 4, 0], [4, 3, 2, 1, 0], [-1, 2, 3, 0, 1]])
+    target = target[: rows[0]] if len(rows) == 2 else target[0]
+    check_grad(lambda x: F.multilabel_margin_loss(x, target.to(x.device), reduction=reduction),
+               torch.randn(rows))
+
+
+@pytest.mark.parametrize("p, margin, weighted", [(1, 1.0, False), (2, 0.5, True)])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_multi_margin_loss(p, margin, weighted, reduction):
+    weight = torch.rand(5) if weighted else None
+    check_grad(lambda x: F.multi_margin_loss(x, TARGET.clamp(min=0).to(x.device), p=p, margin=margin,
+                                             weight=None if weight is None else weight.to(x.device),
+                                             reduction=reduction), torch.randn(7, 5))
 
 
 def test_cross_entropy():
@@ -228,3 +247,12 @@ def test_scaled_dot_product_attention(kwargs):
 def test_scaled_dot_product_attention_gqa():
     check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
                Q, K[:, :2], V[:, :2])
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_recurrent_layers_without_biases(cell):
+    """The fused cells' optional biases absent (PyTorch's meta kernel of the LSTM cell fails then)."""
+    torch.manual_seed(0)
+    layers = {"cpu": cell(3, 4, bias=False)}
+    layers["tpu"] = copy.deepcopy(layers["cpu"]).to("tpu")
+    check_grad(lambda x: layers[x.device.type](x)[0], torch.randn(5, 2, 3))

@@ -182,10 +182,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('nn.functional.embedding_bag', 'forward', 'bfloat16'): 'no lowering: aten::_embedding_bag_forward_only.default',
  ('nn.functional.embedding_bag', 'forward', 'float32'): 'no lowering: aten::_embedding_bag_forward_only.default',
  ('nn.functional.embedding_bag', 'grad', 'float32'): 'no lowering: aten::_embedding_bag.default',
- ('nn.functional.fractional_max_pool2d', 'forward', 'bfloat16'): 'no lowering: aten::fractional_max_pool2d.output',
- ('nn.functional.fractional_max_pool2d', 'forward', 'float32'): 'no lowering: aten::fractional_max_pool2d.output',
- ('nn.functional.fractional_max_pool3d', 'forward', 'bfloat16'): 'no lowering: aten::fractional_max_pool3d.output',
- ('nn.functional.fractional_max_pool3d', 'forward', 'float32'): 'no lowering: aten::fractional_max_pool3d.output',
  ('nn.functional.grid_sample', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest absolute '
                                                        'difference: 0.03515625 at index (0, 2, 3, 1) (up to 1e-05 '
                                                        'allowed)',
@@ -205,9 +201,6 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('nn.functional.interpolate.trilinear', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest '
                                                                  'absolute difference: 0.015625 at index (0, 2, 2, 0, '
                                                                  '2) (up to 1e-05 allowed)',
- ('nn.functional.multi_margin_loss', 'grad', 'float32'): 'no lowering: aten::multi_margin_loss_backward.default',
- ('nn.functional.multilabel_margin_loss', 'grad', 'float32'): 'no lowering: '
-                                                              'aten::multilabel_margin_loss_backward.default',
  ('nn.functional.rrelu', 'forward', 'bfloat16'): 'no lowering: aten::rrelu_with_noise.default',
  ('nn.functional.rrelu', 'forward', 'float32'): 'no lowering: aten::rrelu_with_noise.default',
  ('nn.functional.rrelu', 'inplace', 'float32'): 'no lowering: aten::rrelu_with_noise_.default',

@@ -66,3 +66,8 @@ def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     if dtype == torch.bfloat16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
+
+
+def scalar_type_name(dtype) -> str:
+    """PyTorch's name of a dtype in its error messages: ``Float`` for torch.float32."""
+    return torch.empty(0, dtype=dtype).type().split(".")[-1].removesuffix("Tensor")

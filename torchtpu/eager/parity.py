@@ -19,6 +19,8 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils import _pytree as pytree
 
+from ..core import dtypes
+
 _Tensor = torch.Tensor
 aten = torch.ops.aten
 
@@ -67,7 +69,8 @@ def run_meta(plan, args, kwargs) -> list:
         plan.lowering.check(*meta_args, **meta_kwargs)
     if plan.kind == "inplace":
         return _run_inplace_meta(plan, meta_args, meta_kwargs)
-    result = plan.op(*meta_args, **meta_kwargs)
+    meta_kernel = plan.lowering.meta if plan.kind == "functional" and plan.lowering.meta else plan.op
+    result = meta_kernel(*meta_args, **meta_kwargs)
     if plan.kind == "out":
         return written_tensors(plan, meta_args, meta_kwargs)
     return flat_tensors(result) if not isinstance(result, _Tensor) else [result]
@@ -175,10 +178,6 @@ def run_as_out(plan, args, kwargs):
     return self
 
 
-def _type_name(dtype) -> str:
-    return torch.empty(0, dtype=dtype).type().split(".")[-1].removesuffix("Tensor")
-
-
 def check_castable(plan, args, kwargs, targets):
     """CPU refuses to write a result into a tensor whose dtype cannot hold it
     (``int_tensor.mul_(1.5)``); some meta kernels skip that check."""
@@ -193,8 +192,8 @@ def check_castable(plan, args, kwargs, targets):
     for result, target in zip(flat_tensors(results), targets):
         if result is not None and target is not None and not torch.can_cast(result.dtype, target.dtype):
             raise RuntimeError(
-                f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
-                f"{_type_name(target.dtype)}")
+                f"result type {dtypes.scalar_type_name(result.dtype)} can't be cast to the desired output type "
+                f"{dtypes.scalar_type_name(target.dtype)}")
 
 
 # ---- random ops -----------------------------------------------------------------------------

@@ -175,7 +175,12 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
 def _max_over_windows(x, grids):
     windows, valid, flat = _gather_windows(x, grids)
     windows = jnp.where(jnp.asarray(valid), windows, jnp.asarray(_lowest(x.dtype), x.dtype))
-    if jnp.issubdtype(x.dtype, jnp.floating):
+    return _window_maxima(windows, flat)
+
+
+def _window_maxima(windows, flat):
+    """Each window's (last axis) maximum and the flat input index it came from."""
+    if jnp.issubdtype(windows.dtype, jnp.floating):
         # NaN wins, as on CPU: make it the largest value for argmax.
         is_nan = jnp.isnan(windows)
         position = jnp.argmax(jnp.where(is_nan, jnp.inf, windows), axis=-1)
@@ -216,6 +221,61 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
 
 @lower(aten.max_pool3d_with_indices_backward.default)
 def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_plane(grad_output, indices, self.shape, 3)
+
+
+# ---- fractional max pooling -----------------------------------------------------
+
+
+def _fractional_starts(sample, size, out, kernel):
+    """CPU's pseudo-random window starts along one dim, per plane: (..., out) from samples (...)."""
+    if out == 1:
+        return jnp.full(sample.shape + (1,), size - kernel, jnp.int32)
+    alpha = jnp.asarray((size - kernel) / (out - 1), sample.dtype)
+    i = jnp.arange(out, dtype=sample.dtype)
+    starts = (jnp.floor((i + sample[..., None]) * alpha) - jnp.floor(sample[..., None] * alpha)).astype(jnp.int32)
+    return starts.at[..., -1].set(size - kernel)
+
+
+def _fractional_max_pool(x, n, kernel_size, output_size, samples):
+    """Max over one pseudo-random window per output position; the windows differ per plane.
+    CPU reads a plane's samples in (width, height) order in 2-D and (time, height, width) in 3-D."""
+    batched = x.ndim == n + 2
+    x = x if batched else x[None]
+    spatial = x.shape[2:]
+    flat = jnp.zeros((), jnp.int32)
+    for i in range(n):
+        which = n - 1 - i if n == 2 else i
+        starts = _fractional_starts(samples[..., which].astype(x.dtype), spatial[i], output_size[i], kernel_size[i])
+        positions = starts[..., None] + jnp.arange(kernel_size[i])  # (N, C, out_i, k_i)
+        shape = list(positions.shape[:2]) + [1] * (2 * n)
+        shape[2 + i], shape[2 + n + i] = positions.shape[2:]
+        flat = flat * spatial[i] + positions.reshape(shape)
+    outs, window = flat.shape[2:2 + n], math.prod(kernel_size)  # explicit sizes: a batch may be empty
+    flat = flat.reshape(flat.shape[:2] + outs + (window,))
+    planes = x.reshape(x.shape[:2] + (math.prod(spatial),))
+    windows = jnp.take_along_axis(planes, flat.reshape(flat.shape[:2] + (math.prod(outs) * window,)), axis=2)
+    values, indices = _window_maxima(windows.reshape(flat.shape), flat)
+    return (values, indices) if batched else (values[0], indices[0])
+
+
+@lower(aten.fractional_max_pool2d.default)
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(self, 2, kernel_size, output_size, random_samples)
+
+
+@lower(aten.fractional_max_pool3d.default)
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(self, 3, kernel_size, output_size, random_samples)
+
+
+@lower(aten.fractional_max_pool2d_backward.default)
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _scatter_to_plane(grad_output, indices, self.shape, 2)
+
+
+@lower(aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
     return _scatter_to_plane(grad_output, indices, self.shape, 3)
 
 

@@ -12,7 +12,9 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+import torch
 
+from ..core import dtypes
 from .common import Promotion, elementwise
 from .registry import aten, lower
 
@@ -251,9 +253,88 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     g = grad_output.astype(self.dtype)
     if reduction == _MEAN:
         g = g / total_weight.astype(self.dtype)
-    per_target = -w * g
-    one_hot = jax.nn.one_hot(safe, self.shape[axis], dtype=self.dtype, axis=axis)
-    return one_hot * jnp.expand_dims(per_target, axis)
+    # Only each kept target's own class is written, as on CPU: an ignored target's row stays 0
+    # even when the mean divides by a total weight of 0.
+    per_target = jnp.where(target != ignore_index, -w * g, jnp.zeros((), self.dtype))
+    one_hot = jax.nn.one_hot(safe, self.shape[axis], dtype=jnp.bool_, axis=axis)
+    return jnp.where(one_hot, jnp.expand_dims(per_target, axis), jnp.zeros((), self.dtype))
+
+
+# ---- margin losses over classes -----------------------------------------------------------
+# Each backward is the vjp of its forward. PyTorch's decomposition of multilabel_margin_loss
+# disagrees with its CPU kernel (3x the loss on a 1-D input), so both are lowered here.
+
+
+def _rows(self):
+    """A 1-D (or 0-dim) input as one row."""
+    return self if self.ndim == 2 else self.reshape(1, -1)
+
+
+def _multi_margin_losses(self, target, p, margin, weight):
+    x = _rows(self)
+    t = target.reshape(-1)
+    picked = jnp.take_along_axis(x, t[:, None], axis=1)
+    z = jnp.maximum(margin - picked + x, 0)
+    z = z * z if p == 2 else z
+    if weight is not None:
+        z = z * weight.astype(x.dtype)[t][:, None]
+    own = jax.nn.one_hot(t, x.shape[1], dtype=jnp.bool_)
+    losses = jnp.sum(jnp.where(own, jnp.zeros((), x.dtype), z), axis=1) / x.shape[1]
+    return losses if self.ndim == 2 else losses[0]
+
+
+@lower(aten.multi_margin_loss.default, static_numbers=True)
+def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=_MEAN):
+    return _reduce(_multi_margin_losses(self, target, p, margin, weight), reduction)
+
+
+@lower(aten.multi_margin_loss_backward.default, static_numbers=True)
+def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=_MEAN):
+    _, vjp = jax.vjp(lambda x: multi_margin_loss(x, target, p, margin, weight, reduction), self)
+    return vjp(grad_output.astype(self.dtype))[0]
+
+
+def _multilabel_targets(self, target):
+    """Which positions hold a target (those before the first -1), and which classes are targets."""
+    x, t = _rows(self), _rows(target)
+    listed = jnp.cumprod(t != -1, axis=1).astype(jnp.bool_)
+    safe = jnp.where(listed, t, 0)
+    classes = jnp.arange(x.shape[1])
+    is_target = jnp.any(listed[:, :, None] & (safe[:, :, None] == classes), axis=1)
+    return listed, safe, is_target
+
+
+def _multilabel_margin_losses(self, target):
+    x = _rows(self)
+    listed, safe, is_target = _multilabel_targets(self, target)
+    picked = jnp.take_along_axis(x, safe, axis=1)
+    z = jnp.maximum(1 - (picked[:, :, None] - x[:, None, :]), 0)
+    z = jnp.where(listed[:, :, None] & ~is_target[:, None, :], z, jnp.zeros((), x.dtype))
+    losses = jnp.sum(z, axis=(1, 2)) / x.shape[1]
+    return losses if self.ndim == 2 else losses[0]
+
+
+def _multilabel_margin_shapes(self, target, reduction):
+    losses = self.new_empty(self.shape[:1] if self.dim() == 2 and reduction == _NONE else ())
+    return losses, torch.empty_like(self)
+
+
+def _check_long_target(self, target, *args):
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {dtypes.scalar_type_name(target.dtype)}")
+
+
+# PyTorch's meta kernel gives a 1-D input's unreduced loss shape (1,); CPU gives ().
+@lower(aten.multilabel_margin_loss_forward.default, meta=_multilabel_margin_shapes, check=_check_long_target)
+def multilabel_margin_loss_forward(self, target, reduction):
+    is_target = _multilabel_targets(self, target)[2].astype(self.dtype)
+    return _reduce(_multilabel_margin_losses(self, target), reduction), is_target.reshape(self.shape)
+
+
+@lower(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
+    _, vjp = jax.vjp(lambda x: _reduce(_multilabel_margin_losses(x, target), reduction), self)
+    return vjp(grad_output.astype(self.dtype))[0]
 
 
 # ---- pointwise losses ----------------------------------------------------------------------

@@ -39,6 +39,9 @@ class Lowering:
     # CPU's checks of argument values that PyTorch's meta kernel lacks, as a
     # function of the op's arguments (meta tensors and Python numbers) that raises.
     check: Callable | None = None
+    # The op's result shapes, from meta tensors, where PyTorch's own meta kernel fails on valid
+    # arguments (the fused LSTM cell's reads the device of its optional biases).
+    meta: Callable | None = None
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -64,7 +67,7 @@ def register(op, lowering: Lowering) -> None:
     LOWERINGS[op] = lowering
 
 
-def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None):
+def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None, meta=None):
     """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
 
     def decorate(fn):
@@ -75,7 +78,7 @@ def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes
                 else [op]
             )
             for overload in overloads:
-                register(overload, Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check))
+                register(overload, Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check, meta))
         return fn
 
     return decorate

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import torch
 
 from .registry import aten, lower
 
@@ -17,7 +18,11 @@ def _with_bias(gates, bias):
     return gates if bias is None else gates + bias
 
 
-@lower(aten._thnn_fused_lstm_cell.default)
+def _fused_lstm_cell_shapes(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    return torch.empty_like(cx), torch.empty_like(cx), torch.empty_like(input_gates)
+
+
+@lower(aten._thnn_fused_lstm_cell.default, meta=_fused_lstm_cell_shapes)  # PyTorch's fails without biases
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     gates = _with_bias(input_gates, input_bias) + _with_bias(hidden_gates, hidden_bias)
     i, f, g, o = jnp.split(gates, 4, axis=1)

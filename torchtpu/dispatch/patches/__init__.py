@@ -6,11 +6,12 @@
 - ``flex_attention``: flex attention accepts tpu inputs (its device check lists the devices it knew).
 - ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
 - ``torchvision_ops``: ``import torchvision`` works when PyPI's CUDA torchvision sits beside a CPU torch.
+- ``transformer_encoder``: ``nn.TransformerEncoder``'s padded-batch fast path runs dense on tpu (no nested tensors).
 - ``torchtitan_kernels``: TorchTitan's one Triton kernel (expert parallelism's token regrouping) on tpu.
 """
 
 from . import (accelerator, default_compiler, flex_attention, module_to, serialization, torchtitan_kernels,
-               torchvision_ops)
+               torchvision_ops, transformer_encoder)
 
 
 def install() -> None:
@@ -21,3 +22,4 @@ def install() -> None:
     flex_attention.install()
     torchvision_ops.install()
     torchtitan_kernels.install()
+    transformer_encoder.install()
