@@ -60,14 +60,27 @@ def test_the_encoder_layer_runs_the_fused_op():
     assert aten._transformer_encoder_layer_fwd.default in fallback.DECOMPOSED
 
 
-def test_encoder_with_nested_tensors_gives_cpus_values_at_unpadded_positions():
-    """CPU packs the unpadded tokens into a nested tensor; tpu runs the same layers dense with
-    the padding mask. Padded positions are undefined (CPU: zeros), the others must agree."""
+@pytest.mark.parametrize("padding", ["left-aligned", "not-left-aligned"])
+@pytest.mark.parametrize("norm", [False, True])
+def test_encoder_with_nested_tensors_gives_cpus_values(padding, norm):
+    """CPU packs the unpadded tokens into a nested tensor (when the padding is left-aligned) and
+    pads the result with zeros; tpu runs the same layers dense with the padding mask and zeroes
+    the same positions: equal everywhere, padded positions included."""
     layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
-    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True)
-    actual, expected = inference(encoder, tokens(), src_key_padding_mask=PADDING)
-    kept = ~PADDING
-    assert_same(actual[kept.to("tpu")], expected[kept], atol=1e-5, rtol=1e-5)
+    encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(16) if norm else None, enable_nested_tensor=True)
+    if norm:
+        nn.init.normal_(encoder.norm.bias)  # zeros would hide a missing norm at padded positions
+    mask = PADDING if padding == "left-aligned" else PADDING.flip(1)
+    actual, expected = inference(encoder, tokens(), src_key_padding_mask=mask)
+    assert_same(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_transformer_whose_decoder_reads_the_padded_encoder_output():
+    """nn.Transformer with a source padding mask but no memory mask: the decoder attends to the
+    encoder's padded positions, so they must hold CPU's values."""
+    model = nn.Transformer(16, 4, 1, 1, 32, dropout=0.0, batch_first=True)
+    actual, expected = inference(model, tokens(0), tokens(1, (2, 4, 16)), src_key_padding_mask=PADDING)
+    assert_same(actual, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_the_encoder_keeps_its_nested_tensor_setting():

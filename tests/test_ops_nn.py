@@ -256,3 +256,26 @@ def test_recurrent_layers_without_biases(cell):
     layers = {"cpu": cell(3, 4, bias=False)}
     layers["tpu"] = copy.deepcopy(layers["cpu"]).to("tpu")
     check_grad(lambda x: layers[x.device.type](x)[0], torch.randn(5, 2, 3))
+
+
+@pytest.mark.parametrize("layout", ["padded", "concatenated"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_values_and_gradient(layout, zero_infinity):
+    """Sequences of different lengths; the third target cannot fit its input (an infinite loss,
+    zeroed with zero_infinity). The gradient is CPU's, extra exp(log_probs) term included."""
+    generator = torch.Generator().manual_seed(0)
+    input_lengths, target_lengths = [12, 10, 3], [4, 2, 3]
+    targets = torch.randint(1, 5, (3, 4), generator=generator)
+    targets[2, :3] = 2  # three repeats need five steps: 3 cannot hold them
+    if layout == "concatenated":
+        targets = torch.cat([targets[b, :n] for b, n in enumerate(target_lengths)])
+    log_probs = torch.randn(12, 3, 5, generator=generator).log_softmax(2)
+
+    def loss(lp):
+        return F.ctc_loss(lp, targets.to(lp.device), input_lengths, target_lengths,
+                          reduction="sum" if zero_infinity else "none", zero_infinity=zero_infinity)
+
+    if zero_infinity:
+        check_grad(loss, log_probs, atol=1e-5, rtol=1e-5)
+    else:
+        check(loss, log_probs)

@@ -173,8 +173,8 @@ EXPECTED_FAILURES = {('__rmod__', 'errors', 'float32'): 'mismatch: did not raise
  ('nn.functional.conv_transpose3d', 'forward', 'bfloat16'): 'mismatch: Tensor-likes are not close! Greatest absolute '
                                                             'difference: 0.375 at index (0, 2, 16, 14, 11) (up to '
                                                             '1e-05 allowed)',
- ('nn.functional.ctc_loss', 'forward', 'float32'): 'no lowering: aten::_ctc_loss.default',
- ('nn.functional.ctc_loss', 'grad', 'float32'): 'no lowering: aten::_ctc_loss.default',
+ ('nn.functional.ctc_loss', 'grad', 'float32'): 'mismatch beyond 1e-05 over 50 steps, but closer to float64 than '
+                                                 "CPU's float32 (error 4.0e-6 vs CPU's 1.2e-5 at max|g| 40)",
  ('nn.functional.embedding', 'forward', 'bfloat16'): 'no lowering: aten::embedding_renorm_.default',
  ('nn.functional.embedding', 'forward', 'float16'): 'no lowering: aten::embedding_renorm_.default',
  ('nn.functional.embedding', 'forward', 'float32'): 'no lowering: aten::embedding_renorm_.default',

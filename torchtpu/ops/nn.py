@@ -11,6 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 import torch
 
@@ -335,6 +336,87 @@ def multilabel_margin_loss_forward(self, target, reduction):
 def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
     _, vjp = jax.vjp(lambda x: _reduce(_multilabel_margin_losses(x, target), reduction), self)
     return vjp(grad_output.astype(self.dtype))[0]
+
+
+# ---- connectionist temporal classification --------------------------------------------------
+
+
+def _ctc_labels(targets, target_lengths, blank):
+    """Each sequence's targets with blanks around and between them: (batch, 2 * longest + 1)."""
+    lengths = np.asarray(target_lengths, np.int64)
+    longest = int(lengths.max()) if lengths.size else 0
+    if targets.ndim == 2:
+        padded = targets[:, :longest]
+    else:  # concatenated: sequence b starts where the ones before it end
+        starts = np.cumsum(lengths) - lengths
+        index = np.minimum(starts[:, None] + np.arange(longest), max(targets.shape[0] - 1, 0))
+        padded = targets[index] if targets.shape[0] else jnp.zeros(index.shape, targets.dtype)
+    labels = jnp.full((lengths.size, 2 * longest + 1), blank, targets.dtype)
+    return labels.at[:, 1::2].set(padded), lengths
+
+
+def _log_add(a, b):
+    """log(exp(a) + exp(b)), with a zero gradient, not NaN, where both are -inf."""
+    peak = jnp.maximum(a, b)
+    finite = jnp.isfinite(peak)
+    shift = jnp.where(finite, peak, 0)
+    total = jnp.where(finite, jnp.exp(a - shift) + jnp.exp(b - shift), 1)
+    return jnp.where(finite, shift + jnp.log(total), peak)
+
+
+def _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank):
+    """log alpha (time, batch, 2S+1) of the CTC forward recursion, and each sequence's -log p."""
+    labels, lengths = _ctc_labels(targets, target_lengths, blank)
+    steps = np.asarray(input_lengths, np.int64)
+    width = labels.shape[1]
+    position = np.arange(width)
+    inside = position[None, :] < 2 * lengths[:, None] + 1
+    previous_label = jnp.pad(labels[:, :-2], ((0, 0), (2, 0)), constant_values=blank)
+    can_skip = (position % 2 == 1) & (position >= 2) & (labels != previous_label)
+    emissions = jnp.take_along_axis(log_probs, jnp.broadcast_to(labels, log_probs.shape[:2] + (width,)), axis=2)
+    lowest = jnp.asarray(-jnp.inf, log_probs.dtype)
+    start = jnp.where(inside & (position < 2), emissions[0], lowest)
+
+    def step(alpha, inputs):
+        t, emission = inputs
+        one_back = jnp.pad(alpha[:, :-1], ((0, 0), (1, 0)), constant_values=-jnp.inf)
+        two_back = jnp.where(can_skip, jnp.pad(alpha[:, :-2], ((0, 0), (2, 0)), constant_values=-jnp.inf), lowest)
+        new = _log_add(_log_add(alpha, one_back), two_back) + emission
+        new = jnp.where(inside, new, lowest)
+        alpha = jnp.where((t < steps)[:, None], new, alpha)  # a finished sequence keeps its last alpha
+        return alpha, alpha
+
+    times = jnp.arange(1, log_probs.shape[0])
+    last, later = lax.scan(step, start, (times, emissions[1:]))
+    batch = np.arange(lengths.size)
+    final = _log_add(last[batch, 2 * lengths],
+                          jnp.where(lengths > 0, last[batch, np.maximum(2 * lengths - 1, 0)], lowest))
+    return jnp.concatenate([start[None], later]), -final
+
+
+@lower(aten._ctc_loss.default, static_numbers=True)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    log_alpha, nll = _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank)
+    if zero_infinity:
+        nll = jnp.where(jnp.isinf(nll), jnp.zeros((), nll.dtype), nll)
+    return nll, jnp.transpose(log_alpha, (1, 0, 2))
+
+
+@lower(aten._ctc_loss_backward.default, static_numbers=True)
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha,
+                      blank, zero_infinity=False):
+    """The vjp of the recursion, plus CPU's extra exp(log_probs) term: CPU's gradient assumes the
+    log_probs come from a log_softmax, whose backward cancels that term."""
+    def nll_of(lp):
+        return _ctc_forward(lp, targets, input_lengths, target_lengths, blank)[1]
+
+    nll, vjp = jax.vjp(nll_of, log_probs)
+    g = grad.astype(log_probs.dtype)
+    running = (jnp.arange(log_probs.shape[0])[:, None] < np.asarray(input_lengths))[..., None]
+    result = vjp(g)[0] + jnp.where(running, jnp.exp(log_probs) * g[None, :, None], 0)
+    if zero_infinity:
+        result = jnp.where(jnp.isinf(nll)[None, :, None], jnp.zeros((), result.dtype), result)
+    return result
 
 
 # ---- pointwise losses ----------------------------------------------------------------------
