@@ -100,9 +100,18 @@ def main() -> None:
         tokenizer, data = write_assets(pathlib.Path(scratch) / "assets")
 
         def measure(config, nprocs):
+            """One launch, retried once on another port: gloo on 4 processes sharing 2 cores
+            sometimes aborts a CPU rank (SIGABRT) before the first step."""
             i = CONFIGS.index(config)
-            dump = os.path.join(scratch, f"run{i}_{nprocs}")
-            return launch(config, nprocs, args.steps, tokenizer, data, dump, 29500 + 10 * nprocs + i)
+            for attempt in range(2):
+                dump = os.path.join(scratch, f"run{i}_{nprocs}_{attempt}")
+                try:
+                    port = 29500 + 10 * nprocs + i + 100 * attempt
+                    return launch(config, nprocs, args.steps, tokenizer, data, dump, port)
+                except RuntimeError as error:
+                    if attempt:
+                        raise
+                    print(f"{config} on {nprocs} failed, retrying once: {str(error).splitlines()[0]}", file=sys.stderr)
 
         rows = results.sweep(map(int, args.sizes.split(",")), CONFIGS, measure, table)
     if args.no_write:
