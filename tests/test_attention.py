@@ -8,7 +8,9 @@ import torch.nn.functional as F
 from oracle import check, check_grad
 
 import torchtpu
-from torchtpu.runtime import metrics
+from torchtpu.eager import executor
+from torchtpu.ops import attention as attention_ops
+from torchtpu.runtime import caches, metrics
 
 
 def qkv(tq=8, tk=10, d=16, seed=0):
@@ -16,8 +18,25 @@ def qkv(tq=8, tk=10, d=16, seed=0):
     return torch.randn(2, 3, tq, d, generator=g), torch.randn(2, 3, tk, d, generator=g), torch.randn(2, 3, tk, d, generator=g)
 
 
+@pytest.fixture(params=["one program", "head loops"])
+def attention_path(request, monkeypatch):
+    """Each test once as one program and once as XLA:CPU's loops over heads (``_looped_forward``),
+    whose block is made a few heads small here; the loops must then really run."""
+    if request.param == "one program":
+        yield
+        return
+    traced = []
+    for name in ("_looped_forward", "_looped_backward"):
+        original = getattr(attention_ops, name)
+        monkeypatch.setattr(attention_ops, name, lambda *a, _f=original, _n=name, **kw: traced.append(_n) or _f(*a, **kw))
+    monkeypatch.setattr(attention_ops, "CPU_BLOCK_BYTES", 200)  # a few heads of these tests a step
+    monkeypatch.setattr(executor, "PROGRAMS", caches.BoundedCache("eager programs"))  # no program of the other path
+    yield
+    assert "_looped_forward" in traced
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"scale": 0.3}], ids=["plain", "causal", "scale"])
-def test_sdpa_values_and_gradients(kwargs):
+def test_sdpa_values_and_gradients(attention_path, kwargs):
     check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), *qkv())
 
 
@@ -31,7 +50,7 @@ def test_sdpa_runs_as_one_fused_op_each_way():
 
 
 @pytest.mark.parametrize("mask", ["bool", "float", "broadcast-bool"])
-def test_sdpa_masks_and_bias_gradient(mask):
+def test_sdpa_masks_and_bias_gradient(attention_path, mask):
     q, k, v = qkv()
     g = torch.Generator().manual_seed(3)
     if mask == "bool":
@@ -47,11 +66,12 @@ def test_sdpa_masks_and_bias_gradient(mask):
         check_grad(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, m)
 
 
-def test_fully_masked_row_gives_zeros_like_cpu():
+def test_fully_masked_row_gives_zeros_like_cpu(attention_path):
     q, k, v = qkv()
     mask = torch.ones(8, 10, dtype=torch.bool)
     mask[2] = False
-    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+    check_grad(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask,
+               grad_args=(0, 1, 2))
 
 
 def test_gqa_and_dropout_take_the_math_path():
@@ -65,7 +85,7 @@ def test_gqa_and_dropout_take_the_math_path():
     assert torch.equal(a.cpu(), b.cpu())
 
 
-def test_bfloat16_attention_close_to_cpu():
+def test_bfloat16_attention_close_to_cpu(attention_path):
     q, k, v = (t.bfloat16() for t in qkv())
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, atol=2e-2, rtol=2e-2)
 
@@ -81,7 +101,8 @@ def test_pallas_flash_kernel_matches_cpu(monkeypatch, causal):
     check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
 
 
-def test_compiled_attention_is_one_node():
+def test_compiled_attention_is_one_node(attention_path):
+    torch._dynamo.reset()  # the other path's graph, compiled for the same code, would be reused
     q, k, v = (t.to("tpu") for t in qkv())
     compiled = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), backend="tpu")
     torch.testing.assert_close(compiled(q, k, v).cpu(),
@@ -96,7 +117,7 @@ def _attention_gradients(device, dtype, q, k, v, grad_out, *, causal=False):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("peak", [1.0, 4.0], ids=["spread", "peaked"])
-def test_fused_backward_is_as_precise_as_cpus_against_float64(causal, peak):
+def test_fused_backward_is_as_precise_as_cpus_against_float64(attention_path, causal, peak):
     """dq, dk, dv of the fused float32 backward against a float64 run: no further off than CPU's
     float32 (a peaked softmax, large scores, is where a flash-style backward loses digits)."""
     generator = torch.Generator().manual_seed(0)

@@ -11,7 +11,8 @@ probabilities instead of storing them.  Where the shapes fit (no bias,
 lengths that are multiples of the block), the forward runs as a Pallas
 flash-attention kernel: on TPU always, elsewhere when
 ``TORCHTPU_FLASH_ATTENTION=1`` asks for it (in Pallas' interpreter, for
-testing).
+testing).  On XLA's CPU backend, scores larger than a cache-sized block run
+as loops over blocks of heads, one loop per result (``_looped_forward``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from .. import config
@@ -143,10 +145,129 @@ def _flash_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, causal, scale, key_blo
     lse_ref[...] = jnp.where(total > 0, jnp.log(total) + peak, -jnp.inf)
 
 
+# ---- XLA:CPU: a loop per result ----------------------------------------------
+# XLA:CPU runs a scores-softmax-matmul chain as one fast YNNPACK kernel when the
+# chain has a single result and its arrays fit the caches. In one program XLA
+# merges the score computations that the results share and materialises them
+# whole: a causal forward of 4x16 heads of 256 tokens took 15 ms, the backward
+# 23 ms. Each result computed by its own loop over blocks of heads (loop bodies
+# share nothing) takes 3.5 and 11 ms.
+
+CPU_BLOCK_BYTES = 1 << 22  # the float32 scores of one loop step
+_LOWEST = float(np.finfo(np.float32).min)
+_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _loops_fit(q, k) -> bool:
+    """On XLA:CPU, whether the scores are larger than one block (smaller ones run best as one program)."""
+    scores_bytes = 4 * math.prod(q.shape[:-1]) * k.shape[-2]
+    return jax.default_backend() == "cpu" and scores_bytes > CPU_BLOCK_BYTES
+
+
+def _per_head_loop(fn, *arrays):
+    """``fn`` of one head's arrays, for every head, as one loop over blocks of heads."""
+    tq, tk = arrays[0].shape[1], arrays[1].shape[1]
+    return jax.lax.map(lambda head: fn(*head), arrays, batch_size=max(1, CPU_BLOCK_BYTES // (4 * tq * tk)))
+
+
+def _as_heads(x, batch, rows, cols):
+    """``x`` broadcast to ``batch + (rows, cols)``, as float32 ``[heads, rows, cols]``."""
+    return None if x is None else jnp.broadcast_to(x, (*batch, rows, cols)).reshape(-1, rows, cols).astype(jnp.float32)
+
+
+def _head_scores(q, k, bias, causal, scale, transposed=False):
+    """One head's scores, ``[q, k]`` or (``transposed``) ``[k, q]``, with the bias and the causal mask."""
+    s = k @ q.T * scale if transposed else q @ k.T * scale
+    if bias is not None:
+        s = s + (bias.T if transposed else bias)
+    if causal:
+        query = jax.lax.broadcasted_iota(jnp.int32, s.shape, 1 if transposed else 0)
+        key = jax.lax.broadcasted_iota(jnp.int32, s.shape, 0 if transposed else 1)
+        s = jnp.where(key <= query, s, -jnp.inf)
+    return s
+
+
+def _shifted_exp(s):
+    """(row maximum, exp(s - maximum)); a fully masked row gives zeros."""
+    peak = jnp.maximum(s.max(-1), _LOWEST)
+    return peak, jnp.exp(s - peak[:, None])
+
+
+def _looped_forward(q, k, v, bias, causal, scale):
+    """:func:`attention` as two loops over heads: the output, then the log-sum-exp."""
+    *batch, tq, _ = q.shape
+    tk = k.shape[-2]
+    q3, k3, v3 = (_as_heads(x, batch, x.shape[-2], x.shape[-1]) for x in (q, k, v))
+    bias3 = _as_heads(bias, batch, tq, tk)
+
+    def output(q, k, v, bias):
+        _, e = _shifted_exp(_head_scores(q, k, bias, causal, scale))
+        return (e @ v) / jnp.maximum(e.sum(-1, keepdims=True), _TINY)
+
+    def logsumexp(q, k, bias):
+        peak, e = _shifted_exp(_head_scores(q, k, bias, causal, scale))
+        return jnp.log(e.sum(-1)) + peak
+
+    out = _per_head_loop(output, q3, k3, v3, bias3).reshape(*batch, tq, v.shape[-1])
+    return out.astype(q.dtype), _per_head_loop(logsumexp, q3, k3, bias3).reshape(*batch, tq)
+
+
+def _looped_backward(grad_out, q, k, v, bias, logsumexp, causal, scale):
+    """:func:`sdpa_backward` as a loop over heads per result.
+
+    P is a softmax shifted by the forward's log-sum-exp and normalised again by
+    its own row sums (so the shift's rounding cancels: the precision of
+    recomputing the softmax); ``dk`` and ``dv`` come from transposed scores,
+    so every product is one XLA:CPU runs fast."""
+    *batch, tq, _ = q.shape
+    tk = k.shape[-2]
+    q3, k3, v3, g3 = (_as_heads(x, batch, x.shape[-2], x.shape[-1]) for x in (q, k, v, grad_out))
+    bias3 = _as_heads(bias, batch, tq, tk)
+    shift = jnp.maximum(logsumexp.reshape(-1, tq).astype(jnp.float32), _LOWEST)
+
+    def probabilities(q, k, bias, shift, total, transposed=False):
+        s = _head_scores(q, k, bias, causal, scale, transposed)
+        return jnp.exp(s - shift) / total if transposed else jnp.exp(s - shift[:, None]) / total[:, None]
+
+    def row_total(q, k, bias, shift):
+        return jnp.maximum(jnp.exp(_head_scores(q, k, bias, causal, scale) - shift[:, None]).sum(-1), _TINY)
+
+    total = _per_head_loop(row_total, q3, k3, bias3, shift)
+
+    def row_dot(q, k, v, g, bias, shift, total):  # sum_k P dP = dO . (P v), P v in float32
+        return jnp.sum(g * (probabilities(q, k, bias, shift, total) @ v), -1)
+
+    row = _per_head_loop(row_dot, q3, k3, v3, g3, bias3, shift, total)
+
+    def grad_scores(q, k, v, g, bias, shift, total, row):
+        return probabilities(q, k, bias, shift, total) * (g @ v.T - row[:, None])
+
+    def grad_q(q, k, v, g, bias, shift, total, row):
+        return grad_scores(q, k, v, g, bias, shift, total, row) @ k * scale
+
+    def grad_k(q, k, v, g, bias, shift, total, row):
+        return (probabilities(q, k, bias, shift, total, transposed=True) * (v @ g.T - row)) @ q * scale
+
+    def grad_v(q, k, g, bias, shift, total):
+        return probabilities(q, k, bias, shift, total, transposed=True) @ g
+
+    operands = (q3, k3, v3, g3, bias3, shift, total, row)
+    grad_bias = jnp.zeros((0,), q.dtype)
+    if bias is not None:
+        grad_s = _per_head_loop(grad_scores, *operands).reshape(*batch, tq, tk)
+        grad_bias = _sum_to(grad_s, bias.shape).astype(bias.dtype)
+    return (_per_head_loop(grad_q, *operands).reshape(q.shape).astype(q.dtype),
+            _per_head_loop(grad_k, *operands).reshape(k.shape).astype(k.dtype),
+            _per_head_loop(grad_v, q3, k3, g3, bias3, shift, total).reshape(v.shape).astype(v.dtype),
+            grad_bias)
+
+
 @lower(sdpa_forward_op, static_numbers=True)  # the scale is baked into the kernel
 def sdpa_forward(q, k, v, bias, causal, scale):
     if _flash_fits(q, k, bias):
         return flash_attention(q, k, v, causal, scale)
+    if _loops_fit(q, k):
+        return _looped_forward(q, k, v, bias, causal, scale)
     return attention(q, k, v, bias, causal, scale)
 
 
@@ -159,7 +280,9 @@ def sdpa_backward(grad_out, q, k, v, bias, out, logsumexp, causal, scale):
     exp(S - logsumexp), whose absolute rounding error exp turns into a relative error of every
     probability; and each row's sum(P * dP) comes from that P, not as rowsum(dO * O) from the
     saved output, so that the two terms of ``grad_p - row`` round alike and cancel cleanly.
-    (``out`` and ``logsumexp`` stay in the signature for a blocked backward, which needs them.)"""
+    On XLA:CPU large scores take ``_looped_backward``, which needs ``logsumexp``."""
+    if _loops_fit(q, k):
+        return _looped_backward(grad_out, q, k, v, bias, logsumexp, causal, scale)
     del out, logsumexp
     p = _safe_softmax(_scores(q, k, bias, causal, scale))
     g = grad_out.astype(jnp.float32)
