@@ -23,6 +23,9 @@ torch.utils.rename_privateuse1_backend("tpu")
 
 from . import api as _api  # noqa: E402
 from . import config  # noqa: E402,F401  (torchtpu.config: the settings)
+from .runtime import device as _device  # noqa: E402
+
+_device.share_host_cores()  # before anything starts XLA's thread pool
 from .dispatch import patches as _patches  # noqa: E402
 from .dispatch import registration as _registration  # noqa: E402
 from . import distributed as _distributed  # noqa: E402

@@ -82,6 +82,9 @@ class Config:
     local_chips: int = _setting(
         1, _parse_positive_int, "How many chips this host drives, one process each (`torch.tpu.device_count()`).",
         aliases=("LOCAL_WORLD_SIZE",))
+    share_host_cores: bool = _setting(
+        True, parse_flag, "On XLA's CPU backend with several processes per host (`LOCAL_WORLD_SIZE` > 1), pin each "
+        "to its own share of the cores, as one chip each (off: leave the CPU affinity alone).")
     native: bool = _setting(
         True, parse_flag, "Use the C++ extension (device guard, tensor factory) if it was built; off: `tpu:0` only.")
     vllm: bool = _setting(

@@ -16,6 +16,8 @@ without it the only name is ``tpu:0``.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 
 import jax
 import torch
@@ -36,6 +38,34 @@ def count() -> int:
 
 def chip() -> int:
     return TORCH_DEVICE.index
+
+
+def share_host_cores(settings=None) -> None:
+    """At import, before XLA starts: on a CPU host running several processes (torchrun's
+    ``LOCAL_WORLD_SIZE``), pin this one to its own share of the cores, as one chip each.
+
+    XLA:CPU sizes a process's thread pool to the cores it may use; unpinned, N
+    processes run N pools of every core's threads that preempt each other
+    (TorchTitan, 4 processes on 2 cores: compiled step 0.93x -> 1.09x CPU eager)."""
+    settings = settings or config.current
+    if not (settings.share_host_cores and settings.local_chips > 1 and hasattr(os, "sched_setaffinity")
+            and _cpu_backend_expected()):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    processes, rank = settings.local_chips, settings.chip % settings.local_chips
+    if processes <= len(cores):
+        share = cores[rank * len(cores) // processes:(rank + 1) * len(cores) // processes]
+    else:
+        share = [cores[rank % len(cores)]]
+    os.sched_setaffinity(0, share)
+
+
+def _cpu_backend_expected() -> bool:
+    """Whether JAX will run on its CPU backend: asked to, or with no TPU or GPU plugin to load."""
+    platforms = jax.config.jax_platforms
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    return importlib.util.find_spec("libtpu") is None and importlib.util.find_spec("jax_plugins") is None
 
 
 def _configure(chip_index: int, local_chips: int) -> None:
