@@ -112,11 +112,12 @@ class Buffer:
     be; executors that can handle a Deferred read ``value``, which never runs it.
     """
 
-    __slots__ = ("_value", "layout", "__weakref__")
+    __slots__ = ("_value", "layout", "address", "__weakref__")
 
     def __init__(self, array=None, layout=None):
         self._value = None
         self.layout = None
+        self.address = None  # the fake address of the storage it backs, once it has one
         self.set(array, layout)
 
     @property
@@ -142,7 +143,8 @@ class Buffer:
 
     def set(self, array, layout):
         old = self._value
-        memory.replaced(old, array)
+        if array is not old:
+            memory.replaced(old, array)
         if array is not None and array is not old:
             if type(array) is Deferred:
                 array.owner = weakref.ref(self)
@@ -154,7 +156,10 @@ class Buffer:
         self.layout = layout
 
     def __del__(self):
-        memory.replaced(self._value, None)
+        if self._value is not None:
+            memory.replaced(self._value, None)
+        if self.address is not None:
+            _forget_address(self)
 
 
 def contiguous_strides(size) -> tuple:
@@ -169,10 +174,29 @@ def layout_of(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.storage_offset())
 
 
-# Every live buffer by its storage's fake address.  C++ code sometimes wraps
-# our address in a new storage (``from_blob``: legacy ``torch.save`` and
-# ``pickle`` of a storage do); the address finds the buffer for it.
-_buffers_by_address: "weakref.WeakValueDictionary[int, Buffer]" = weakref.WeakValueDictionary()
+# Every live buffer by its storage's fake address (a weak reference, removed
+# when the buffer dies).  C++ code sometimes wraps our address in a new
+# storage (``from_blob``: legacy ``torch.save`` and ``pickle`` of a storage
+# do); the address finds the buffer for it.  A plain dict of weak references
+# costs a third of a WeakValueDictionary on the per-op path.
+_buffers_by_address: "dict[int, weakref.ref]" = {}
+
+
+def _register_address(buf: Buffer, address: int) -> None:
+    _forget_address(buf)
+    buf.address = address
+    _buffers_by_address[address] = weakref.ref(buf)
+
+
+def _forget_address(buf: Buffer) -> None:
+    ref = _buffers_by_address.get(buf.address)
+    if ref is not None and ref() in (buf, None):
+        del _buffers_by_address[buf.address]
+
+
+def _buffer_at(address: int) -> Buffer | None:
+    ref = _buffers_by_address.get(address)
+    return None if ref is None else ref()
 
 
 def storage_buffer(storage) -> Buffer | None:
@@ -186,7 +210,7 @@ def buffer_of(t: torch.Tensor) -> Buffer:
         return storage._tpu_buffer
     except AttributeError:
         pass
-    buf = _buffers_by_address.get(storage.data_ptr())
+    buf = _buffer_at(storage.data_ptr())
     if buf is None:
         raise RuntimeError("torchtpu: this tpu tensor has no device buffer; it was not created by torchtpu")
     storage._tpu_buffer = buf  # this alias keeps the data alive too, as a C++ DataPtr would
@@ -197,12 +221,12 @@ def storage_numel(t: torch.Tensor) -> int:
     return t.untyped_storage().nbytes() // t.element_size()
 
 
-def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tensor:
-    """A new tpu tensor with its own storage and no data yet."""
+def empty(size, dtype: torch.dtype, stride=None, offset: int = 0, array=None) -> torch.Tensor:
+    """A new tpu tensor with its own storage, holding ``array`` (laid out as the
+    tensor's view) or no data yet."""
     size = tuple(size)
     stride = contiguous_strides(size) if stride is None else tuple(stride)
-    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-    nbytes = (offset + extent) * dtype.itemsize if extent else 0
+    nbytes = _storage_nbytes(size, stride, offset, dtype.itemsize)
     address = _next_address(nbytes)
     device = runtime_device.TORCH_DEVICE
     runtime_device.claimed = True
@@ -213,8 +237,18 @@ def empty(size, dtype: torch.dtype, stride=None, offset: int = 0) -> torch.Tenso
         storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
         t = torch._C._acc.create_empty_tensor((0,), dtype)
         _SET_STORAGE.redispatch_boxed(_CPU_KEYS, t, storage, offset, size, stride)
-    storage._tpu_buffer = _buffers_by_address[address] = Buffer()
+    buf = storage._tpu_buffer = Buffer(array, None if array is None else (size, stride, offset))
+    _register_address(buf, address)
     return t
+
+
+@functools.lru_cache(maxsize=4096)
+def _storage_nbytes(size: tuple, stride: tuple, offset: int, itemsize: int) -> int:
+    """The bytes a new storage needs for a view of this layout (0 when it has no elements)."""
+    if not all(size):
+        return 0
+    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    return (offset + extent) * itemsize
 
 
 def resize_storage(storage, nbytes: int) -> int | None:
@@ -229,7 +263,7 @@ def resize_storage(storage, nbytes: int) -> int | None:
     old_nbytes = storage.nbytes()
     if nbytes == old_nbytes:
         return None
-    buf = storage_buffer(storage) or _buffers_by_address.get(storage.data_ptr())
+    buf = storage_buffer(storage) or _buffer_at(storage.data_ptr())
     if buf is None:
         raise RuntimeError("torchtpu: resize_ of a tpu storage torchtpu did not make")
     value, layout = buf.value, buf.layout
@@ -238,8 +272,7 @@ def resize_storage(storage, nbytes: int) -> int | None:
     elif nbytes < old_nbytes:
         value, layout = _prefix(buf.array, layout, nbytes, old_nbytes)
     address = _next_address(nbytes)
-    _buffers_by_address.pop(storage.data_ptr(), None)
-    _buffers_by_address[address] = buf
+    _register_address(buf, address)
     buf.set(value, layout)
     return address
 
@@ -255,9 +288,7 @@ def _prefix(array, layout, nbytes: int, old_nbytes: int):
 def from_array(array: jax.Array, dtype: torch.dtype | None = None, stride=None) -> torch.Tensor:
     """Wrap a jax array as a new tpu tensor that owns it."""
     dtype = dtypes.to_torch(array.dtype) if dtype is None else dtype
-    t = empty(array.shape, dtype, stride)
-    storage_buffer(t.untyped_storage()).set(array, layout_of(t))
-    return t
+    return empty(array.shape, dtype, stride, array=array)
 
 
 def attach(t: torch.Tensor, array: jax.Array, layout) -> None:

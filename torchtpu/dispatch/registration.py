@@ -105,8 +105,10 @@ def register_kernels() -> None:
     from .. import ops  # noqa: F401  (fills the lowering table)
 
     lib = _library("aten", "IMPL", "PrivateUse1")
+    in_cpp = set(native.module.register_view_kernels()) if native.module is not None else set()
     for op in kernels.METADATA_OPS:
-        lib.impl(op, kernels.metadata_kernel(op))
+        if op._schema.name.split("::")[1] not in in_cpp:
+            lib.impl(op, kernels.metadata_kernel(op))
     for op, kernel in kernels.KERNELS.items():
         lib.impl(op, kernel)
     for op in _lowered_overloads():

@@ -104,9 +104,7 @@ def _new_tensor(array, meta):
     if meta is None:
         return None
     size, stride, dtype = meta
-    t = tensor.empty(size, dtype, stride)
-    tensor.attach(t, array, (size, stride, 0))
-    return t
+    return tensor.empty(size, dtype, stride, array=array)
 
 
 def _run_data_dependent(plan, args, kwargs):

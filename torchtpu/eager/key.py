@@ -41,6 +41,11 @@ class TensorRef(NamedTuple):
         return (self.size, self.stride, self.offset)
 
 
+_NOT_LAZY = (False, False)
+# A NamedTuple built without its Python-level __new__ (a third of the cost, per tensor argument).
+_new_tuple = tuple.__new__
+
+
 class MovableOffset(NamedTuple):
     """A view's storage offset passed at run time, as the call's ``index``-th offset: one program
     serves a slice of a storage wherever it starts (a request's row of a table, a span of a list)."""
@@ -78,16 +83,17 @@ class Call:
         self.storages = []  # (Buffer, nbytes) of each distinct storage, by slot
         self.offsets = []  # the storage offset of every view described by a MovableOffset
         self.numbers = []  # every dynamic Python number, in order
-        self.arg_key = tuple(self._describe(a) for a in args)
-        self.kw_key = tuple((k, self._describe(v)) for k, v in kwargs.items())
-        self.storage_key = tuple((buf.layout, buf.storage_dtype, nbytes) for buf, nbytes in self.storages)
+        describe = self._describe
+        self.arg_key = tuple([describe(a) for a in args])
+        self.kw_key = tuple([(k, describe(v)) for k, v in kwargs.items()]) if kwargs else ()
+        self.storage_key = tuple([(buf.layout, buf.storage_dtype, nbytes) for buf, nbytes in self.storages])
         self.key = (plan.op, self.arg_key, self.kw_key, self.storage_key, precision.current())
 
     def _describe(self, value):
         """A hashable description of one argument; records its dynamic parts."""
         if isinstance(value, _Tensor):
             storage = value.untyped_storage()
-            buffer = tensor.storage_buffer(storage)
+            buffer = getattr(storage, "_tpu_buffer", None)  # tensor.storage_buffer, inlined: the hot path
             if buffer is None:
                 if value.device.type == "tpu":  # a storage C++ re-wrapped around our address
                     buffer = tensor.buffer_of(value)
@@ -96,18 +102,20 @@ class Call:
                                                   self._op._schema.name in HOST_INDEX_OPS)
                     storage = value.untyped_storage()
                     buffer = tensor.storage_buffer(storage)
-            slot = self._slots.get(storage._cdata)
+            cdata = storage._cdata
+            slot = self._slots.get(cdata)
             if slot is None:
-                slot = self._slots[storage._cdata] = len(self.storages)
+                slot = self._slots[cdata] = len(self.storages)
                 self.storages.append((buffer, storage.nbytes()))
-            lazy = (value.is_conj(), value.is_neg()) if value.dtype.is_complex else (False, False)
+            dtype = value.dtype
+            lazy = (value.is_conj(), value.is_neg()) if dtype.is_complex else _NOT_LAZY
             size, stride, offset = value.shape, value.stride(), value.storage_offset()
             if offset and (size, stride, offset) != buffer.layout:
                 self.offsets.append(offset)
                 offset = MovableOffset(len(self.offsets) - 1)
-            return TensorRef(slot, size, stride, offset, value.dtype, lazy)
+            return _new_tuple(TensorRef, (slot, size, stride, offset, dtype, lazy))
         if isinstance(value, (list, tuple)):
-            return tuple(self._describe(v) for v in value)
+            return tuple([self._describe(v) for v in value])
         if isinstance(value, _DYNAMIC_NUMBERS) and not self._static:
             self.numbers.append(value)
             return NumberRef(type(value))

@@ -1,7 +1,7 @@
 """torchtpu's C++ extension (``torchtpu/csrc/native.cpp``), where it was built.
 
-It gives PrivateUse1 a device guard with a settable index and count, and a
-one-call tensor factory.  pip builds it at install (``setup.py``); where it
+It gives PrivateUse1 a device guard with a settable index and count, a
+one-call tensor factory, and C++ view kernels.  pip builds it at install (``setup.py``); where it
 could not be built, or ``TORCHTPU_NATIVE=0``, ``module`` is None and the
 process has one device name, ``tpu:0`` (docs/distributed.md).
 """
@@ -13,7 +13,7 @@ import warnings
 
 from .. import config
 
-API_VERSION = 4  # csrc/native.cpp's; a build of older sources is ignored
+API_VERSION = 5  # csrc/native.cpp's; a build of older sources is ignored
 
 
 def _load():
