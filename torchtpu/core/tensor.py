@@ -159,7 +159,10 @@ class Buffer:
         if self._value is not None:
             memory.replaced(self._value, None)
         if self.address is not None:
-            _forget_address(self)
+            try:
+                _forget_address(self)
+            except TypeError:  # at interpreter exit, once this module's globals are gone
+                pass
 
 
 def contiguous_strides(size) -> tuple:

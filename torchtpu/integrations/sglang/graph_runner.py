@@ -7,19 +7,26 @@ for that size. This runner reuses it and changes what is compiled: the model's
 forward through torchtpu's own backend, one set of XLA programs per batch-size
 bucket, all compiled at start-up. Prefill and mixed batches run op by op.
 
-SGLang 0.5.23's decoder layers build ``msgspec.Struct`` objects (the residual
-stream's ``Contribution``), which Dynamo cannot construct: the forward breaks
-into a few graphs per layer instead of one. On the tests' tiny Llama (8
-requests of 64 tokens, XLA:CPU) decode went from 69 to 102 tokens/s, and
-start-up from 29 to 87 s (six buckets).
+SGLang 0.5.23's decoder layers build and change ``msgspec.Struct`` objects
+(the residual stream's ``Contribution``, an FFN's ``ExitDecision``), which
+Dynamo can neither construct nor mutate: each broke the forward into a few
+graphs per layer.  While compiling, this runner swaps those classes for plain
+Python classes with the same fields and methods (``use_plain_structs``), so a
+decode step is one graph.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import importlib
 import logging
+import sys
 import time
+import types
 from unittest import mock
+
+import msgspec
 
 import torch
 import torch._dynamo.config
@@ -29,8 +36,45 @@ from sglang.srt.model_executor.cpu_graph_runner import CPUGraphRunner
 logger = logging.getLogger(__name__)
 
 
+# The Structs a decoder layer builds or changes while it runs, by defining module.
+_FORWARD_STRUCTS = {
+    "sglang.srt.layers.layer_boundary.residual.stream": ("Contribution", "OwedOutput", "DeclaredSum"),
+    "sglang.srt.layers.layer_boundary.exit": ("ExitDecision",),
+}
+
+
+def plain_class(struct: type) -> type:
+    """A plain Python class with ``struct``'s fields (in order, with their defaults) and methods.
+    Equality is identity, as the residual stream's checks (``is``) assume."""
+    fields = struct.__struct_fields__
+    defaults = dict(zip(fields[len(fields) - len(struct.__struct_defaults__):], struct.__struct_defaults__))
+    spec = [(name, object, dataclasses.field(default=defaults[name])) if name in defaults else (name, object)
+            for name in fields]
+    methods = {name: value for name, value in vars(struct).items()
+               if name not in fields and isinstance(value, (types.FunctionType, property, staticmethod, classmethod))}
+    namespace = {**methods, "__module__": struct.__module__, "__doc__": struct.__doc__}
+    return dataclasses.make_dataclass(struct.__name__, spec, namespace=namespace, eq=False)
+
+
+def use_plain_structs() -> None:
+    """Replace each forward Struct, wherever an SGLang module holds it, with its plain class."""
+    for module_name, names in _FORWARD_STRUCTS.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            struct = getattr(module, name)
+            if not issubclass(struct, msgspec.Struct):
+                continue  # replaced already
+            plain = plain_class(struct)
+            for holder in list(sys.modules.values()):
+                if getattr(holder, "__name__", "").startswith("sglang"):
+                    for attr, value in list(vars(holder).items()):
+                        if value is struct:
+                            setattr(holder, attr, plain)
+
+
 class TpuGraphRunner(CPUGraphRunner):
     def __init__(self, model_runner):
+        use_plain_structs()
         # One compiled entry per bucket on the model's forward: Dynamo's default limit (8) is too few.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         # The CPU runner's compile set-up registers fake kernels for sgl_kernel's CPU ops and configures
