@@ -539,3 +539,18 @@ def test_writes_and_reads_at_many_offsets_share_one_program():
             expected[row, start:start + 4] = values
     assert torch.equal(table.cpu(), expected)
     assert metrics.compiles["aten.copy_.default"] <= 2  # the host upload aside, one program for 24 offsets
+
+
+def test_reading_a_slice_that_moves_compiles_one_reader():
+    # A compiled graph's input that is a slice starting elsewhere at every step (SGLang's slots
+    # of a decode step, cut from its free list) is read by one program, its offset passed at run time.
+    host = torch.arange(200, dtype=torch.int64)
+    storage = host.to("tpu")
+    tpu_tensor.read(storage[3:19])  # the reader for this view's shape, compiled
+    readers = tpu_tensor._reader.cache_info().currsize
+    for start in (19, 35, 51, 180):
+        view = storage[start:start + 16]
+        assert tpu_tensor.read(view).tolist() == host[start:start + 16].tolist()
+    assert tpu_tensor._reader.cache_info().currsize == readers
+    strided = storage[5::7]  # a strided view reads right at its offset too
+    assert tpu_tensor.read(strided).tolist() == host[5::7].tolist()

@@ -460,8 +460,14 @@ def x64():
     return jax.enable_x64(True)
 
 
+# In a reader's view layout, in place of the storage offset: the offset is passed at run time.
+_RUNTIME_OFFSET = "offset at run time"
+
+
 @functools.lru_cache(maxsize=4096)
 def _reader(src_layout, dst_layout, dtype, nbytes):
+    if dst_layout[2] == _RUNTIME_OFFSET:
+        return jax.jit(lambda a, offset: view_of(a, src_layout, dst_layout, dtype, nbytes, offset))
     return jax.jit(lambda a: view_of(a, src_layout, dst_layout, dtype, nbytes))
 
 
@@ -477,7 +483,11 @@ def read(t: torch.Tensor) -> jax.Array:
     with x64():
         if array is None:
             return jnp.zeros(layout[0], dtype)
-        value = _reader(buf.layout, layout, dtype, nbytes)(array)
+        size, stride, offset = layout
+        if offset:  # one reader wherever the view starts: a slice that moves every step compiles once
+            value = _reader(buf.layout, (size, stride, _RUNTIME_OFFSET), dtype, nbytes)(array, offset)
+        else:
+            value = _reader(buf.layout, layout, dtype, nbytes)(array)
     if dtype == array.dtype and covers_storage(layout, dtype, nbytes):
         # The same bytes in this view's shape: keep it as the storage's array, so
         # reading the whole tensor again (a weight written shard by shard) is free.
