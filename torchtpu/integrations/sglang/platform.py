@@ -98,6 +98,13 @@ class TpuSRTPlatform(SRTPlatform):
 
     # --- SGLang's subsystems -----------------------------------------------------------------
 
+    def post_load_model(self, model: torch.nn.Module) -> None:
+        from .weights import store_linear_weights_in_out
+
+        restored = store_linear_weights_in_out(model)
+        if restored:
+            logger.info("torchtpu: %d linear weights stored [in, out] (XLA:CPU's fast bfloat16 layout)", restored)
+
     def get_default_attention_backend(self) -> str:
         return ATTENTION_BACKEND
 
