@@ -13,11 +13,6 @@ from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, Unquantiz
 from ..weight_layout import in_out_matmul, store_in_out
 
 
-def _in_out_apply(layer: torch.nn.Module, x: torch.Tensor, bias=None) -> torch.Tensor:
-    """``UnquantizedLinearMethod.apply`` for a layer whose weight was re-stored."""
-    return in_out_matmul(layer, x, bias)
-
-
 def _in_out_apply_into(layer: torch.nn.Module, x: torch.Tensor, output: torch.Tensor, bias=None) -> torch.Tensor:
     """``UnquantizedLinearMethod.apply_into`` (a caller-owned output) for a re-stored layer."""
     return output.copy_(in_out_matmul(layer, x, bias))
@@ -46,7 +41,7 @@ def store_linear_weights_in_out(model: torch.nn.Module) -> int:
     """Re-store ``model``'s unshared half-precision linear weights ``[in, out]`` on XLA:CPU; returns how many."""
     linears, heads = store_in_out(model, UnquantizedLinearMethod, ParallelLMHead, UnquantizedEmbeddingMethod)
     for layer in linears:  # each layer has its own method object
-        layer.quant_method.apply = _in_out_apply
+        layer.quant_method.apply = in_out_matmul
         layer.quant_method.apply_into = _in_out_apply_into
     if heads:
         _install_lm_head_product()
