@@ -40,3 +40,11 @@ _patches.install()  # Module.to, torch.accelerator's memory functions, storage s
 _modes.install()  # the eager mode the settings ask for
 _compile_cache.install()  # the disk cache, if the settings name one
 _distributed.register()  # the c10d backend "tpu" (no JAX work until a group is made)
+
+
+def __getattr__(name):
+    if name == "tune":  # torchtpu.tune: the performance tuner, loaded on first use (torchtpu/tools/tune)
+        from .tools import tune
+
+        return tune
+    raise AttributeError(f"module 'torchtpu' has no attribute {name!r}")

@@ -193,14 +193,14 @@ class CompiledGraph:
                 lowered = jax.jit(sharded, donate_argnums=donate).lower(*sharded.to_global(arrays), *numbers)
             else:
                 lowered = jax.jit(traced, donate_argnums=donate).lower(*arrays, *numbers)
-            compile_cache.dump(f"{self.name}-graph", lowered)
+            compile_cache.dump(f"{self.name}-graph", lowered)  # before compiling: a crash still leaves it
             program = lowered.compile()
+        compile_cache.compiled(self.name, lowered, program, time.perf_counter() - start)
         if self._spans_processes:
             executable = program
 
             def program(*dynamic):
                 return sharded.to_local(executable(*sharded.to_global(dynamic[:count]), *dynamic[count:]))
-        compile_cache.record_miss(time.perf_counter() - start)
         metrics.compiles[f"compiled graph {self.name}"] += 1
         return program, constants
 

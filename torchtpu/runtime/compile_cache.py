@@ -77,6 +77,21 @@ def _count_disk_hits(event: str, **kwargs) -> None:
 
 
 _dump_serial = itertools.count()
+_observers: list = []  # callables told of every compiled graph (torchtpu.tune listens here)
+
+
+def observe(callback):
+    """Call ``callback(name, lowered, compiled, seconds)`` for every graph compiled from now on
+    (``torch.compile`` graphs); returns a function that stops it."""
+    _observers.append(callback)
+    return lambda: _observers.remove(callback) if callback in _observers else None
+
+
+def compiled(name: str, lowered, program, seconds: float) -> None:
+    """A graph was compiled: count it and tell the observers."""
+    record_miss(seconds)
+    for callback in list(_observers):
+        callback(name, lowered, program, seconds)
 
 
 def dump(name: str, lowered) -> None:

@@ -1,4 +1,4 @@
-"""The ``torchtpu`` command: ``torchtpu info`` and ``torchtpu demo``."""
+"""The ``torchtpu`` command: ``torchtpu info``, ``torchtpu demo`` and ``torchtpu tune``."""
 
 from __future__ import annotations
 
@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n-embd", type=int, default=model.n_embd)
     p.add_argument("--n-head", type=int, default=model.n_head)
     p.add_argument("--block-size", type=int, default=model.block_size, help="characters of context")
+
+    from .tune import cli as tune_cli
+
+    tune = commands.add_parser("tune", help="find what slows a program down, predict it on TPU, fix it")
+    tune_cli.add_commands(tune)
     return parser
 
 
