@@ -1,11 +1,647 @@
-"""Placeholder until this part lands: the command says so instead of pretending."""
+"""``torchtpu tune cost``: predict a compiled step's time and MFU on a TPU generation.
+
+The model is a roofline per operation of the optimized XLA program: each
+top-level op (a fusion, a dot, a copy, ...) takes the longer of its matrix
+work at the matrix-unit peak for its operand dtype and its bytes at the memory
+bandwidth, plus a fixed cost per op and per program.  The figures come from
+the compiled program itself (``compiled.as_text()``, checked against
+``compiled.cost_analysis()``).  A TPU target takes its peaks from
+``chips.py``; the "host" target is this machine, measured once
+(``calibrate``) and kept in ``~/.cache/torchtpu/calibration.json``, so that
+the model can be checked against measured XLA:CPU steps.
+
+    from torchtpu.tune import cost
+    result = cost.predict(step_fn, *inputs, chip="v5e")   # runs step_fn a few times under the observer
+    print(result.summary())
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
+
+HOST = "host"
+_HIDE_FROM_ROOFLINE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
+                       "partition-id", "replica-id", "opt-barrier", "domain", "add-dependency"}
+_CONTROL_FLOW = {"while", "call", "conditional"}
+_TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "sine", "cosine",
+                   "tan", "rsqrt", "sqrt", "cbrt", "power", "logistic", "erf", "atan2"}
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
+_PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of the MXU per f32 product
+_ARRAY = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
+
+
+# ---- the optimized program, op by op --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Op:
+    """One top-level operation of a compiled program, as the roofline sees it."""
+
+    name: str
+    opcode: str  # "fusion", "copy", "dot", ...
+    matmul_flops: float = 0.0  # dots and convolutions
+    flops: float = 0.0  # everything, matmuls included
+    transcendentals: float = 0.0
+    bytes: float = 0.0  # operands read plus results written
+    matmul_dtype: str = "f32"  # the operand dtype of its matrix products
+    precision: str = "default"  # an f32 product's operand_precision
+    repeats: float = 1.0  # a while loop's trip count
+
+
+@dataclasses.dataclass
+class _Instruction:
+    name: str
+    shape: str
+    opcode: str
+    operands: list
+    attributes: str
+
+
+def _split_operands(text: str) -> tuple[str, str]:
+    """The text inside an instruction's first parentheses, and what follows them."""
+    depth = 1
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return text[:i], text[i + 1:]
+    return text, ""
+
+
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*)$")
+
+
+def parse_hlo(text: str) -> tuple[dict, str]:
+    """Computations of an HLO module's text: ``{name: [instructions]}`` and the entry's name."""
+    computations, entry, current = {}, None, None
+    for line in text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and not line.startswith(" "):
+            current = computations.setdefault(header.group(2), [])
+            entry = header.group(2) if header.group(1) else entry
+            continue
+        match = _INSTRUCTION.match(line)
+        if match and current is not None:
+            name, shape, opcode, rest = match.groups()
+            operands, attributes = _split_operands(rest)
+            current.append(_Instruction(name, shape, opcode, re.findall(r"%([\w.\-]+)", operands), attributes))
+    return computations, entry
+
+
+def _arrays(shape: str) -> list[tuple[str, list[int]]]:
+    return [(dtype, [int(d) for d in dims.split(",") if d]) for dtype, dims in _ARRAY.findall(shape)
+            if dtype in _DTYPE_BYTES]
+
+
+def _elements(shape: str) -> int:
+    return sum(math.prod(dims) for _, dims in _arrays(shape))
+
+
+def shape_bytes(shape: str) -> float:
+    return sum(math.prod(dims) * _DTYPE_BYTES[dtype] for dtype, dims in _arrays(shape))
+
+
+def _attribute(attributes: str, key: str) -> str | None:
+    found = re.search(rf"\b{key}=\{{?([^}},]*(?:,[^}}=]*)*)\}}?", attributes)
+    return found.group(1) if found else None
+
+
+def _dot_flops(inst: _Instruction, shapes: dict) -> float:
+    lhs = _arrays(shapes.get(inst.operands[0], ""))
+    contracting = _attribute(inst.attributes, "lhs_contracting_dims") or ""
+    depth = math.prod(lhs[0][1][int(d)] for d in contracting.split(",") if d) if lhs else 1
+    return 2.0 * _elements(inst.shape) * depth
+
+
+def _convolution_flops(inst: _Instruction, shapes: dict) -> float:
+    kernel = _arrays(shapes.get(inst.operands[1], ""))
+    labels = re.search(r"dim_labels=\w+_(\w+)->", inst.attributes)
+    if not kernel or not labels:
+        return 0.0
+    dims = kernel[0][1]
+    out_features = dims[labels.group(1).index("o")]
+    return 2.0 * _elements(inst.shape) * math.prod(dims) / max(out_features, 1)
+
+
+def _add_inner_costs(op: Op, computation: list, shapes: dict) -> None:
+    """Flops of the instructions inside a fusion (or of a bare instruction, as a one-line computation)."""
+    for inst in computation:
+        if inst.opcode in ("dot", "convolution"):
+            flops = (_dot_flops if inst.opcode == "dot" else _convolution_flops)(inst, shapes)
+            op.matmul_flops += flops
+            op.flops += flops
+            lhs = _arrays(shapes.get(inst.operands[0], ""))
+            op.matmul_dtype = lhs[0][0] if lhs else op.matmul_dtype
+            op.precision = (_attribute(inst.attributes, "operand_precision") or "default").split(",")[0]
+        elif inst.opcode in _TRANSCENDENTAL:
+            op.transcendentals += _elements(inst.shape)
+        elif inst.opcode == "reduce":
+            op.flops += sum(_elements(shapes.get(o, "")) for o in inst.operands[: len(inst.operands) // 2])
+        elif inst.opcode not in _HIDE_FROM_ROOFLINE and inst.opcode not in ("broadcast", "reshape", "transpose",
+                                                                           "slice", "copy", "concatenate", "iota"):
+            op.flops += _elements(inst.shape)
+
+
+def _trip_count(inst: _Instruction) -> float:
+    found = re.search(r'"known_trip_count":\{"n":"(\d+)"', inst.attributes)
+    return float(found.group(1)) if found else 1.0
+
+
+def _called(inst: _Instruction, key: str) -> list[str]:
+    found = re.search(rf"\b{key}=\{{?%?([\w.\-]+(?:,\s*%?[\w.\-]+)*)\}}?", inst.attributes)
+    return [name.strip().lstrip("%") for name in found.group(1).split(",")] if found else []
+
+
+def output_arrays(text: str) -> list[float]:
+    """Bytes of each array the entry computation of an HLO module returns."""
+    header = text.split("\n", 1)[0]
+    layout = re.search(r"entry_computation_layout=\{.*?\)->(.*?)\}(?:, [a-z_]+=|\s*$)", header)
+    return [math.prod(dims) * _DTYPE_BYTES[dtype] for dtype, dims in _arrays(layout.group(1))] if layout else []
+
+
+def hlo_ops(text: str) -> list[Op]:
+    """The top-level ops of an optimized HLO module (the entry, and the bodies of its loops and calls)."""
+    computations, entry = parse_hlo(text)
+    shapes = {inst.name: inst.shape for body in computations.values() for inst in body}
+    ops: list[Op] = []
+
+    def walk(name: str, repeats: float) -> None:
+        for inst in computations.get(name, []):
+            if inst.opcode in _CONTROL_FLOW:
+                times = repeats * _trip_count(inst) if inst.opcode == "while" else repeats
+                for key in ("body", "to_apply", "branch_computations", "true_computation", "false_computation"):
+                    for callee in _called(inst, key):
+                        walk(callee, times)
+                continue
+            if inst.opcode in _HIDE_FROM_ROOFLINE:
+                continue
+            op = Op(inst.name, inst.opcode, repeats=repeats)
+            op.bytes = shape_bytes(inst.shape) + sum(shape_bytes(shapes.get(o, "")) for o in inst.operands)
+            inner = [computations.get(c, []) for c in _called(inst, "calls")] if inst.opcode == "fusion" else [[inst]]
+            for body in inner:
+                _add_inner_costs(op, body, shapes)
+            ops.append(op)
+
+    walk(entry, 1.0)
+    return ops
+
+
+@dataclasses.dataclass
+class Program:
+    """A compiled program's costs: XLA's own totals, its memory, and its ops."""
+
+    name: str
+    flops: float  # XLA's cost analysis
+    bytes_accessed: float  # XLA's cost analysis
+    transcendentals: float
+    memory: dict  # XLA's memory analysis (argument, output, temp, alias bytes)
+    ops: list
+    output_arrays: list = dataclasses.field(default_factory=list)  # bytes of each array the program returns
+
+    def fresh_bytes(self, threshold: float) -> float:
+        """Bytes of the buffers a run allocates anew that are at least ``threshold`` big: its outputs
+        (less those aliasing donated inputs) and its scratch space (XLA's temp buffer)."""
+        outputs = sum(b for b in self.output_arrays if b >= threshold)
+        outputs = max(0.0, outputs - self.memory.get("alias", 0))
+        temp = self.memory.get("temp", 0)
+        return outputs + (temp if temp >= threshold else 0.0)
+
+    @property
+    def matmul_flops(self) -> float:
+        return sum(op.matmul_flops * op.repeats for op in self.ops)
+
+
+def _cost_analysis(compiled) -> dict:
+    costs = compiled.cost_analysis()
+    if isinstance(costs, (list, tuple)):  # older jax: one dict per device program
+        costs = costs[0] if costs else {}
+    return costs or {}
+
+
+def _memory_analysis(compiled) -> dict:
+    stats = compiled.memory_analysis()
+    names = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
+    return {name.removesuffix("_size_in_bytes"): getattr(stats, name, 0) for name in names} if stats else {}
+
+
+def program_costs(compiled, name: str = "program") -> Program:
+    """The costs of a jax ``Compiled`` program (a ``Lowered`` one is compiled first)."""
+    if not hasattr(compiled, "as_text") or hasattr(compiled, "compile"):
+        compiled = compiled.compile()
+    costs = _cost_analysis(compiled)
+    text = compiled.as_text()
+    return Program(name, float(costs.get("flops", 0.0)), float(costs.get("bytes accessed", 0.0)),
+                   float(costs.get("transcendentals", 0.0)), _memory_analysis(compiled), hlo_ops(text),
+                   output_arrays(text))
+
+
+# ---- targets: a TPU generation, or this machine calibrated ---------------------------------------------
+
+
+@dataclasses.dataclass
+class Target:
+    """What the roofline needs of a machine.  Rates are curves ``[(size, rate), ...]`` so that the
+    calibrated host can say that small products and small copies run slower than big ones; a TPU's
+    curves are one point (its peak)."""
+
+    name: str
+    matmul: dict  # operand dtype -> [(flops of the product, FLOP/s)]
+    bandwidth: list  # [(bytes moved by the op, bytes/s)]
+    transcendentals_per_s: float
+    op_seconds: float  # fixed cost of each top-level op
+    program_seconds: float  # fixed cost of launching a program
+    peak_flops: float  # the denominator of MFU
+    fresh_seconds_per_byte: float = 0.0  # first touch of newly mapped memory (the host's page faults)
+    fresh_threshold: float = math.inf  # buffers at least this big are newly mapped on every run
+
+    def matmul_rate(self, flops: float, dtype: str, precision: str = "default") -> float:
+        if dtype in self.matmul:
+            return _interpolate(self.matmul[dtype], flops)
+        half = "bf16" if "bf16" in self.matmul else next(iter(self.matmul))
+        return _interpolate(self.matmul[half], flops)  # f16 and the rest: the half-precision rate
+
+    def bandwidth_at(self, nbytes: float) -> float:
+        return _interpolate(self.bandwidth, nbytes)
+
+
+def _interpolate(curve: list, x: float) -> float:
+    """Piecewise linear in log(x), flat beyond the ends."""
+    points = sorted(curve)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            share = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + share * (y1 - y0)
+    return points[-1][1]
+
+
+TPU_PROGRAM_SECONDS = 10e-6  # an assumption, not a measurement: launching one program from the host
+
+
+def chip_target(chip) -> Target:
+    """A TPU generation from the chip table.  An f32 product runs as 1, 3 or 6 bf16 passes
+    (precision DEFAULT, HIGH, HIGHEST; torchtpu defaults to HIGHEST)."""
+    flat = lambda rate: [(1.0, rate)]  # noqa: E731
+    matmul = {"bf16": flat(chip.bf16_flops), "f16": flat(chip.bf16_flops), "s8": flat(chip.int8_ops),
+              "u8": flat(chip.int8_ops), "f32": flat(chip.bf16_flops)}
+    if chip.fp8_flops:
+        matmul.update({dtype: flat(chip.fp8_flops) for dtype in ("f8e4m3fn", "f8e5m2")})
+    return _TpuTarget(chip.name, matmul, flat(chip.hbm_bandwidth), math.inf, 0.0, TPU_PROGRAM_SECONDS,
+                      chip.bf16_flops)
+
+
+class _TpuTarget(Target):
+    def matmul_rate(self, flops: float, dtype: str, precision: str = "default") -> float:
+        passes = _PRECISION_PASSES.get(precision, 6) if dtype == "f32" else 1
+        return super().matmul_rate(flops, dtype) / passes
+
+
+def target(name: str = "v5e", calibration: str | None = None) -> Target:
+    """``"host"`` (this machine, calibrated) or a TPU generation named in ``chips.py``."""
+    if name == HOST:
+        return host_target(calibrate(calibration))
+    from . import chips
+
+    return chip_target(chips.chip(name))
+
+
+# ---- calibration: this machine's rates, measured with jax -------------------------------------------------
+
+MATMUL_SIZES = {"f32": (64, 128, 256, 512, 1024), "bf16": (64, 256, 512)}  # square products, n x n x n
+COPY_BYTES = (64 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20)  # each array; the op moves twice this
+CALIBRATION_VERSION = 2  # part of the cache key: a new version of what is measured measures again
+FRESH_BYTES = 64 << 20
+FRESH_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
+
+
+def _best_seconds(fn, *args, budget: float = 0.25) -> float:
+    """The shortest wall time of ``fn(*args)`` (jitted; the first call compiles) in ``budget`` seconds.
+    The best run, not the median: this machine is shared, and the fastest run is what it can do."""
+    import time
+
+    fn(*args).block_until_ready()
+    times, spent = [], 0.0
+    while len(times) < 3 or (spent < budget and len(times) < 200):
+        start = time.perf_counter()
+        fn(*args).block_until_ready()
+        times.append(time.perf_counter() - start)
+        spent += times[-1]
+    return min(times)
+
+
+def _measure_matmul(dtype_name: str, launch: float) -> list:
+    import jax
+    import jax.numpy as jnp
+
+    dtype = {"f32": jnp.float32, "bf16": jnp.bfloat16}[dtype_name]
+    product = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
+    curve = []
+    for n in MATMUL_SIZES[dtype_name]:
+        a = jnp.ones((n, n), dtype)
+        curve.append((2.0 * n**3, 2.0 * n**3 / _less_launch(_best_seconds(product, a, a), launch)))
+    return curve
+
+
+def _scale_seconds(nbytes: int, donate: bool) -> float:
+    """Median seconds of ``x * 2 + 1`` (one read, one write: a single loop fusion) over ``nbytes`` of f32.
+    Donated, the result reuses the input's buffer; otherwise each run writes to new memory."""
+    import jax
+    import jax.numpy as jnp
+
+    scale = jax.jit(lambda x: x * 2 + 1, donate_argnums=(0,) if donate else ())
+    x = jnp.ones(nbytes // 4, jnp.float32)
+    if not donate:
+        return _best_seconds(scale, x)
+    state = [x]
+    return _best_seconds(lambda: _donated_step(scale, state))
+
+
+def _donated_step(scale, state):
+    state[0] = scale(state[0])
+    return state[0]
+
+
+def _measure_bandwidth(launch: float) -> list:
+    return [(2.0 * nbytes, 2.0 * nbytes / _less_launch(_scale_seconds(nbytes, donate=True), launch))
+            for nbytes in COPY_BYTES]
+
+
+def _measure_fresh_memory(launch: float) -> float:
+    """Seconds per byte that writing to newly mapped memory adds (page faults): glibc maps each
+    allocation of 32 MiB or more afresh (its largest mmap threshold), so a big output pays it on every run."""
+    nbytes = FRESH_BYTES
+    fresh, reused = _scale_seconds(nbytes, donate=False), _scale_seconds(nbytes, donate=True)
+    return max(0.0, fresh - reused) / nbytes
+
+
+def _less_launch(seconds: float, launch: float) -> float:
+    """An op's own time: each measurement is a one-op program, and inside a step ops pay no launch."""
+    return max(seconds - launch, seconds / 10)
+
+
+def _measure_overheads() -> tuple[float, float, float]:
+    """Seconds per program launch, per top-level op, and transcendentals per second."""
+    import jax
+    import jax.numpy as jnp
+
+    tiny = jnp.ones(8, jnp.float32)
+    launch = _best_seconds(jax.jit(lambda x: x + 1), tiny)
+
+    def chain(x):  # 64 ops the compiler may not fuse: the barrier keeps each one a kernel of its own
+        for _ in range(64):
+            x = jax.lax.optimization_barrier(jnp.sin(x) + 1)
+        return x
+
+    per_op = max(0.0, (_best_seconds(jax.jit(chain), tiny) - launch) / 64)
+    big = jnp.ones(2 << 20, jnp.float32)
+    transcendentals = big.size / _less_launch(_best_seconds(jax.jit(jnp.exp), big), launch)
+    return launch, per_op, transcendentals
+
+
+def _calibration_key() -> str:
+    import os
+    import platform
+
+    import jax
+
+    return f"v{CALIBRATION_VERSION}|{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} cpus|jax {jax.__version__}"
+
+
+def _default_path():
+    import os
+    import pathlib
+
+    root = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(root) / "torchtpu" / "calibration.json"
+
+
+def measure_host() -> dict:
+    """Measure this machine now (a few seconds): matmul FLOP/s per dtype, bandwidth, overheads."""
+    launch, per_op, transcendentals = _measure_overheads()
+    return {"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
+            "bandwidth": _measure_bandwidth(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
+            "program_seconds": launch, "op_seconds": per_op, "transcendentals_per_s": transcendentals}
+
+
+def calibrate(path=None, refresh: bool = False) -> dict:
+    """This machine's figures: read from ``path`` (default ``~/.cache/torchtpu/calibration.json``) when
+    measured before on the same machine and jax version, else measured now and saved there."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(path) if path else _default_path()
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    key = _calibration_key()
+    if refresh or key not in saved:
+        saved[key] = measure_host()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(saved, indent=1))
+    return saved[key]
+
+
+def host_target(figures: dict) -> Target:
+    matmul = {dtype: [tuple(p) for p in curve] for dtype, curve in figures["matmul"].items()}
+    return Target(HOST, matmul, [tuple(p) for p in figures["bandwidth"]], figures["transcendentals_per_s"],
+                  figures["op_seconds"], figures["program_seconds"], max(rate for _, rate in matmul["f32"]),
+                  figures["fresh_seconds_per_byte"], FRESH_THRESHOLD)
+
+
+# ---- the prediction ----------------------------------------------------------------------------------------
+
+
+def op_seconds(op: Op, machine: Target) -> float:
+    """The roofline of one op: the slowest of its products, its memory traffic and its transcendentals."""
+    compute = op.matmul_flops / machine.matmul_rate(op.matmul_flops, op.matmul_dtype, op.precision) \
+        if op.matmul_flops else 0.0
+    memory = op.bytes / machine.bandwidth_at(op.bytes) if op.bytes else 0.0
+    special = op.transcendentals / machine.transcendentals_per_s
+    return op.repeats * (max(compute, memory, special) + machine.op_seconds)
+
+
+def program_seconds(program: Program, machine: Target) -> float:
+    fresh = program.fresh_bytes(machine.fresh_threshold) * machine.fresh_seconds_per_byte
+    return machine.program_seconds + fresh + sum(op_seconds(op, machine) for op in program.ops)
+
+
+@dataclasses.dataclass
+class ProgramPrediction:
+    name: str
+    flops: float
+    bytes_accessed: float
+    seconds: float
+    bound: str  # "compute" or "memory": which side of the roofline most of its time is on
+
+
+@dataclasses.dataclass
+class Prediction:
+    """A step's predicted time on ``chip``: the sum over the programs one step runs."""
+
+    chip: str
+    flops: float  # per step, XLA's count
+    bytes_accessed: float  # per step, XLA's count
+    seconds: float  # predicted per step
+    mfu: float  # flops / (seconds * the chip's peak), at the predicted time
+    programs: list
+    peak_memory_bytes: float  # the largest program's arguments + outputs + temporaries
+    measured_seconds: float | None = None  # the step measured on this machine (predict(..., measure=True))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        lines = [f"{p.name:>12s}  {p.flops / 1e9:9.3f} GFLOP  {p.bytes_accessed / 1e6:9.1f} MB  "
+                 f"{p.seconds * 1e3:9.3f} ms  {p.bound}-bound" for p in self.programs]
+        lines.append(f"{'step':>12s}  {self.flops / 1e9:9.3f} GFLOP  {self.bytes_accessed / 1e6:9.1f} MB  "
+                     f"{self.seconds * 1e3:9.3f} ms  MFU {self.mfu:.1%} on {self.chip}")
+        if self.measured_seconds:
+            lines.append(f"{'measured':>12s}  {self.measured_seconds * 1e3:9.3f} ms on this machine "
+                         f"(predicted/measured {self.seconds / self.measured_seconds:.2f} for the host)")
+        return "\n".join(lines)
+
+
+def _bound(program: Program, machine: Target) -> str:
+    compute = sum(op.repeats * op.matmul_flops / machine.matmul_rate(op.matmul_flops, op.matmul_dtype, op.precision)
+                  for op in program.ops if op.matmul_flops)
+    memory = sum(op.repeats * op.bytes / machine.bandwidth_at(op.bytes) for op in program.ops if op.bytes)
+    return "compute" if compute >= memory else "memory"
+
+
+def predict_programs(programs: list, chip: str = "v5e", calibration=None) -> Prediction:
+    """Predict a step that runs each of ``programs`` once, on ``chip`` ("host" or a TPU generation)."""
+    machine = target(chip, calibration)
+    parts = [ProgramPrediction(p.name, p.flops, p.bytes_accessed, program_seconds(p, machine), _bound(p, machine))
+             for p in programs]
+    seconds = sum(p.seconds for p in parts)
+    flops = sum(p.flops for p in programs)
+    peak = max((sum(p.memory.get(k, 0) for k in ("argument", "output", "temp")) - p.memory.get("alias", 0)
+                for p in programs), default=0)
+    return Prediction(machine.name, flops, sum(p.bytes_accessed for p in programs), seconds,
+                      flops / (seconds * machine.peak_flops) if seconds else 0.0, parts, peak)
+
+
+class Capture:
+    """Collects the programs ``torch.compile(backend="tpu")`` compiles while it is open.  A graph
+    compiled again (a recompile: same name, same number of parameters) replaces its earlier version."""
+
+    def __init__(self):
+        self.programs: list[Program] = []
+        self._arities: list[int] = []  # each program's parameter count, to recognise a recompile
+
+    def __enter__(self):
+        from ...runtime import compile_cache
+
+        self._undo = compile_cache.observe(self._seen)
+        return self
+
+    def __exit__(self, *exc):
+        self._undo()
+
+    def _seen(self, name, lowered, compiled, seconds) -> None:
+        program, arity = program_costs(compiled, name), _parameter_count(compiled)
+        for i, old in enumerate(self.programs):
+            if old.name == name and self._arities[i] == arity:
+                self.programs[i] = program
+                return
+        self.programs.append(program)
+        self._arities.append(arity)
+
+
+def _parameter_count(compiled) -> int:
+    layout = re.search(r"entry_computation_layout=\{\((.*?)\)->", compiled.as_text()[:100_000])
+    return len(_ARRAY.findall(layout.group(1))) if layout else 0
+
+
+def _sync(result) -> None:
+    import torch
+
+    torch.tpu.synchronize()
+    del result
+
+
+def measure_step(step_fn, *inputs, steps: int = 5) -> float:
+    """The best wall time of ``step_fn(*inputs)`` to a device sync over ``steps`` runs (compiled programs
+    assumed warm): the best, as for the calibration, so that other work on the machine counts least."""
+    import time
+
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        _sync(step_fn(*inputs))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def predict(step_fn, *inputs, chip: str = "v5e", steps: int = 3, measure: bool = False,
+            calibration=None) -> Prediction:
+    """Run ``step_fn(*inputs)`` ``steps`` times (a ``torch.compile(backend="tpu")`` function, or one that
+    calls one), capture the programs it compiles, and predict one step's time on ``chip``.  With
+    ``measure=True`` the step is also timed here (``measured_seconds``), to compare with ``chip="host"``."""
+    with Capture() as capture:
+        for _ in range(steps):
+            _sync(step_fn(*inputs))
+    if not capture.programs:
+        raise RuntimeError("no program was compiled while the step ran: is it a torch.compile(backend='tpu') "
+                           "function, and was it compiled before predict() (then call torch._dynamo.reset())?")
+    prediction = predict_programs(capture.programs, chip, calibration)
+    if measure:
+        prediction.measured_seconds = measure_step(step_fn, *inputs, steps=max(steps, 5))
+    return prediction
+
+
+# ---- the command ------------------------------------------------------------------------------------------
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("script", nargs="?", help="a Python script whose torch.compile(backend='tpu') step to cost")
+    parser.add_argument("script_args", nargs="...", help="arguments for the script")
+    parser.add_argument("--chip", default="v5e", help="TPU generation (v4, v5e, v5p, v6e, v7x) or 'host'")
+    parser.add_argument("--calibrate", action="store_true", help="measure this machine again and print its figures")
+    parser.add_argument("--calibration", help="calibration file (default ~/.cache/torchtpu/calibration.json)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args) -> int:
-    raise SystemExit("torchtpu tune cost: not built yet")
+    import json
+
+    if args.calibrate or not args.script:
+        figures = calibrate(args.calibration, refresh=args.calibrate)
+        print(json.dumps(figures, indent=1) if args.json else _describe_host(figures))
+        return 0
+    target(args.chip, args.calibration)  # an unknown chip fails before the script runs
+    programs = _run_script(args.script, args.script_args)
+    results = {name: predict_programs(programs, name, args.calibration) for name in dict.fromkeys([args.chip, HOST])}
+    if args.json:
+        print(json.dumps({name: r.to_json() for name, r in results.items()}, indent=1))
+    else:
+        print("\n\n".join(r.summary() for r in results.values()))
+    return 0
+
+
+def _run_script(script: str, script_args: list) -> list:
+    import runpy
+    import sys
+
+    saved = sys.argv
+    sys.argv = [script, *script_args]
+    try:
+        with Capture() as capture:
+            runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv = saved
+    if not capture.programs:
+        raise SystemExit(f"torchtpu tune cost: {script} compiled no torch.compile(backend='tpu') program")
+    return capture.programs
+
+
+def _describe_host(figures: dict) -> str:
+    lines = [f"matmul {dtype}: " + ", ".join(f"{round((f / 2) ** (1 / 3))}^3 {r / 1e9:.0f} GFLOP/s" for f, r in curve)
+             for dtype, curve in figures["matmul"].items()]
+    lines.append("bandwidth: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["bandwidth"]))
+    lines.append(f"new memory {figures['fresh_seconds_per_byte'] * 2**30 * 1e3:.0f} ms/GiB; "
+                 f"program launch {figures['program_seconds'] * 1e6:.1f} us, per op {figures['op_seconds'] * 1e6:.2f} us, "
+                 f"transcendentals {figures['transcendentals_per_s'] / 1e9:.2f} G/s")
+    return "\n".join(lines)
