@@ -16,6 +16,8 @@ import bisect
 import torch
 import torch.nn.functional as F
 
+from ..runtime import metrics
+
 
 def bucket_size(n: int, buckets=None) -> int:
     """The smallest bucket that holds ``n``: a power of two, or the next of ``buckets``."""
@@ -41,6 +43,7 @@ def pad_to_bucket(tensor: torch.Tensor, dim: int, buckets=None, value=0, side="r
     dim = dim % tensor.dim()
     size = tensor.shape[dim]
     extra = bucket_size(size, buckets) - size
+    metrics.tell("padding", (size, size + extra))  # torchtpu tune analyze sums the waste
     if extra == 0:
         return tensor, size
     before, after = (extra, 0) if side == "left" else (0, extra)

@@ -88,7 +88,7 @@ def synchronize(device=None) -> None:
     cost proportional to that work, not to every jax array in the process.
     """
     _index(device)
-    metrics.host_syncs["synchronize"] += 1
+    metrics.record(metrics.host_syncs, "synchronize", "host_sync")
     context.current().flush("synchronize")
     tensor.wait_for_dispatched()
     tensor.finish_host_copies()

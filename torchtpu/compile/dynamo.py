@@ -103,6 +103,7 @@ class CompiledGraph:
         # Dynamo re-traces a frame when a static shape changes: the same code
         # comes back as a new graph, so recompiles are tracked by the code.
         self.code_key = (name, gm.code)
+        metrics.tell("graph", (name, gm))  # torchtpu tune analyze reads its matrix products
 
     def __call__(self, *args):
         if self.eager:
@@ -168,7 +169,8 @@ class CompiledGraph:
         )
 
     def _compile(self, inputs, arrays, numbers, signature, donated):
-        compile_cache.log_recompile(self.name, _LAST_SIGNATURE.get(self.code_key), signature)
+        compile_cache.log_recompile(self.name, _LAST_SIGNATURE.get(self.code_key), signature,
+                                    retraced=not self.programs)
         _LAST_SIGNATURE[self.code_key] = signature
         runtime = [self._runtime(i, a) for i, a in enumerate(inputs)]
         statics = [None if isinstance(a, torch.Tensor) or r else a for r, a in zip(runtime, inputs)]

@@ -49,7 +49,7 @@ def _to_device(value):
 def run_on_host(op, args, kwargs):
     """Run ``op`` on CPU copies, write mutated arguments back, return tpu results."""
     name = str(op)
-    metrics.cpu_fallbacks[name] += 1
+    metrics.record(metrics.cpu_fallbacks, name, "cpu_fallback")
     if name not in _warned:
         _warned.add(name)
         warnings.warn(f"torchtpu: {name} has no tpu lowering; running it on the CPU (TORCHTPU_CPU_FALLBACK=1)")

@@ -94,7 +94,7 @@ def copy_(self, src, non_blocking=False):
             tensor.write(self, tensor.read(src_tpu))  # no program to compile for a plain upload
             return self
         return executor.execute(aten.copy_.default, (self, src_tpu), {})
-    metrics.host_syncs["copy to cpu"] += 1
+    metrics.record(metrics.host_syncs, "copy to cpu", "host_sync")
     host = tensor.to_host(src)
     # The storage holds un-conjugated values; CPU's copy_ resolves the bits.
     if src.is_conj():
@@ -146,12 +146,12 @@ def copy_from_and_resize(self, dst):
 
 
 def local_scalar_dense(self):
-    metrics.host_syncs["item"] += 1
+    metrics.record(metrics.host_syncs, "item", "host_sync")
     return tensor.to_host(self).item()
 
 
 def equal(self, other):
-    metrics.host_syncs["equal"] += 1
+    metrics.record(metrics.host_syncs, "equal", "host_sync")
     return bool(self.shape == other.shape and torch.equal(tensor.to_host(self), tensor.to_host(other)))
 
 

@@ -43,6 +43,8 @@ def execute(op, args, kwargs):
 
 
 def run(plan: Plan, args, kwargs):
+    if metrics.listener is not None:  # torchtpu tune analyze: an op run outside a compiled graph
+        metrics.listener("eager_op", (plan.op, args, kwargs))
     lowering = plan.lowering
     if lowering.data_dependent:
         return _run_data_dependent(plan, args, kwargs)

@@ -166,7 +166,7 @@ class FusedLauncher:
         self.graph = _Graph()
         if self.cut_requested:  # whatever runs it, the optimizer step ended this graph
             cause, self.cut_requested = "optimizer step", False
-        metrics.graph_breaks[cause if cause in _OWN_CAUSES else host_read_cause(cause)] += 1
+        metrics.record(metrics.graph_breaks, cause if cause in _OWN_CAUSES else host_read_cause(cause), "graph_break")
         live = [v for v in graph.values if _holder(v) is not None]
         donate = _donatable(graph.externals, live)
         key = (tuple(graph.key), tuple(v.index for v in live), donate)

@@ -39,10 +39,13 @@ def record_donations(count: int) -> None:
     metrics.count(metrics.compile_cache, "donated_inputs", count)
 
 
-def log_recompile(name: str, previous, signature) -> None:
-    """Log a graph's recompile with its reason, when ``TORCHTPU_LOG_RECOMPILES`` asks for it."""
+def log_recompile(name: str, previous, signature, retraced: bool = False) -> None:
+    """Log a graph's recompile with its reason, when ``TORCHTPU_LOG_RECOMPILES`` asks for it.
+
+    ``retraced``: Dynamo traced the same code again (its own recompile, which it logs)."""
     if previous is not None and config.current.log_recompiles:
-        log.warning("torchtpu: recompiling the %s graph: %s", name, describe_change(previous, signature))
+        log.warning("torchtpu: recompiling the %s graph: %s", name, describe_change(previous, signature),
+                    extra={"retraced": retraced})
 
 
 def describe_change(old: tuple, new: tuple) -> str:

@@ -35,10 +35,26 @@ _COUNTERS = {
 _COMPILE_CACHE_KEYS = ("requests", "hits", "misses", "compile_seconds", "donated_inputs", "disk_hits")
 
 
+# While `torchtpu tune analyze` runs: called as listener(event, detail) for each event that
+# costs time (a host sync, a CPU fallback, an eager op, a fused-graph break, a new compiled graph).
+listener = None
+
+
 def count(counter: collections.Counter, key, amount=1) -> None:
     """Add to a counter from any thread (the compile path runs on autograd's threads too)."""
     with _lock:
         counter[key] += amount
+
+
+def record(counter: collections.Counter, key, event: str) -> None:
+    """Count ``key`` and tell the listener, if one runs, that ``event`` happened."""
+    count(counter, key)
+    tell(event, key)
+
+
+def tell(event: str, detail) -> None:
+    if listener is not None:
+        listener(event, detail)
 
 
 def compile_cache_stats() -> dict:
