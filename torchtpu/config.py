@@ -9,7 +9,10 @@ flags: a flag is on unless it is unset, empty, ``0``, ``false``, ``no`` or
 
 Changing ``os.environ`` after import changes nothing: change a setting with
 ``torchtpu.config.update(name=value)``, or for a block with
-``with torchtpu.config.override(name=value):``.  ``docs/configuration.md``
+``with torchtpu.config.override(name=value):``.  ``TORCHTPU_PROFILE=path``
+names a JSON file of settings (``{"settings": {"defer_and_fuse": true}}``, as
+``torchtpu tune search`` writes it) that is read at import too; a variable set
+in the environment wins over the profile's value.  ``docs/configuration.md``
 holds the table of every setting, generated from ``Config``'s fields (a test checks
 it is current).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 
 _OFF = ("", "0", "false", "no", "off")
@@ -94,6 +98,9 @@ class Config:
     vllm_pallas_attention: bool = _setting(
         False, parse_flag, "Run vLLM's attention through JAX's ragged paged-attention Pallas kernel off TPU too "
         "(in Pallas' TPU interpreter; slow, for testing).")
+    profile: str | None = _setting(
+        None, _parse_path, "A JSON file of settings, `{\"settings\": {\"defer_and_fuse\": true}}` (as `torchtpu tune "
+        "search` writes it), read at import; a variable set in the environment wins over the profile.")
 
 
 def env_name(field: dataclasses.Field) -> str:
@@ -105,7 +112,14 @@ _NAMES = {f.name for f in SETTINGS}
 
 
 def from_environ(environ=os.environ) -> Config:
-    """The settings the environment gives, defaults for the rest."""
+    """The settings the environment gives, then those of its profile (``TORCHTPU_PROFILE``), defaults for the rest."""
+    values = _values_from_environ(environ)
+    if values.get("profile"):
+        values = {**load_profile(values["profile"]), **values}
+    return Config(**values)
+
+
+def _values_from_environ(environ) -> dict:
     values = {}
     for setting in SETTINGS:
         for env in (env_name(setting), *setting.metadata["aliases"]):
@@ -115,7 +129,58 @@ def from_environ(environ=os.environ) -> Config:
                 except ValueError as error:
                     raise ValueError(f"torchtpu: {env}={environ[env]!r}: {error}") from None
                 break
-    return Config(**values)
+    return values
+
+
+def load_profile(path: str) -> dict:
+    """The settings a profile file holds, checked, by setting name: ``{"settings": {name: value}}``.
+
+    A value is either JSON of the setting's type (``true``, ``200``, ``null``
+    for a path) or the text its environment variable would hold (``"1"``).
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"torchtpu: TORCHTPU_PROFILE={path!r}: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise ValueError(f'torchtpu: TORCHTPU_PROFILE={path!r}: expected an object {{"settings": {{...}}}}')
+    return {name: _profile_value(path, name, value) for name, value in data["settings"].items()}
+
+
+def _profile_value(path: str, name: str, value):
+    fields = {f.name: f for f in SETTINGS}
+    if name not in fields or name == "profile":
+        raise ValueError(f"torchtpu: TORCHTPU_PROFILE={path!r}: {name!r} is not a setting a profile can hold; "
+                         f"settings: {sorted(_NAMES - {'profile'})}")
+    setting = fields[name]
+    if value is None and setting.default is None:
+        return None
+    if not isinstance(value, str) and type(value) is not type(setting.default):  # bool is not taken for int
+        expected = "text" if setting.default is None else type(setting.default).__name__
+        raise ValueError(f"torchtpu: TORCHTPU_PROFILE={path!r}: {name}={value!r}: expected {expected}")
+    try:
+        return setting.metadata["parse"](value if isinstance(value, str) else to_text(value))
+    except ValueError as error:
+        raise ValueError(f"torchtpu: TORCHTPU_PROFILE={path!r}: {name}={value!r}: {error}") from None
+
+
+def to_text(value) -> str:
+    """A setting's value as its environment variable holds it (the inverse of its parser)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return "" if value is None else str(value)
+
+
+def environment_for_child(settings: dict, remove=()) -> dict:
+    """This process's environment with ``settings`` (by setting name) set and the variables in ``remove`` taken out:
+    the environment for a subprocess (``torchtpu tune search`` runs each trial in one)."""
+    environ = {name: value for name, value in os.environ.items() if name not in remove}
+    for name, value in settings.items():
+        if name not in _NAMES:
+            raise AttributeError(f"torchtpu.config has no setting {name!r}; settings: {sorted(_NAMES)}")
+        environ["TORCHTPU_" + name.upper()] = to_text(value)
+    return environ
 
 
 current = from_environ()
