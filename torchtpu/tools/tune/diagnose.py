@@ -419,12 +419,17 @@ class Report:
         ]
         if not self.findings:
             return "\n".join(lines + ["no findings"])
+        lines.append("  findings, costliest first (est. cost/step is estimated unless marked (m), measured):")
         lines.append(f"{'#':>3}  {'kind':<15} {'est. cost/step':>14}  {'per step':>8}  where / what")
         for i, f in enumerate(self.findings, 1):
-            cost = f"{f.estimated_cost_s * 1e3:.3f} ms" + ("" if not f.measured else " (m)")
+            cost = _seconds_text(f.estimated_cost_s) + (" (m)" if f.measured else "")
             lines.append(f"{i:>3}  {f.kind:<15} {cost:>14}  {_count_text(f.count):>8}  {f.file}:{f.line}")
             lines.append(f"{'':>5}{f.message}")
         return "\n".join(lines)
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-5 else f"{seconds * 1e6:.3f} us"
 
 
 def _count_text(count: float) -> str:
@@ -498,11 +503,14 @@ def _product_findings(analyzer, chip, steady) -> list:
     from ...runtime import precision
 
     passes = PASSES[precision.current()]
+    per_step_of = collections.Counter()
+    for (product, location, step), count in analyzer.products.items():
+        if step is None:  # in a compiled graph: run once per step (estimated)
+            per_step_of[(product, location)] = max(per_step_of[(product, location)], 1)
+        elif step in steady:
+            per_step_of[(product, location)] += count / len(steady)
     findings = []
-    for (product, (file, line), step), count in analyzer.products.items():
-        if step is not None and step not in steady:
-            continue
-        per_step = 1 if step is None else count / len(steady)  # a compiled graph: once per step, estimated
+    for (product, (file, line)), per_step in per_step_of.items():
         findings += _misaligned(product, file, line, per_step, chip)
         if product.dtype == "float32" and passes > 1:
             seconds = per_step * product.flops / chip.bf16_flops * (passes - 1)
