@@ -56,11 +56,12 @@ def test_ring_formulas():
     assert plan_comm.bytes_moved("all_gather", 4, 100.0) == 75.0  # (n-1)/n S
     assert plan_comm.bytes_moved("reduce_scatter", 4, 100.0) == 75.0
     assert plan_comm.bytes_moved("all_to_all", 1, 100.0) == 0.0
-    host = chips.calibrated_host(latency=1e-3, bandwidth=1e9, cores=8)
-    assert plan_comm.flat_time("all_reduce", 1e9, 4, host) == pytest.approx(6e-3 + 1.5)  # 2(n-1) alpha + ...
-    assert plan_comm.flat_time("all_gather", 1e9, 4, host) == pytest.approx(3e-3 + 0.75)
-    crowded = chips.calibrated_host(latency=0.0, bandwidth=1e9, cores=2)  # 4 processes on 2 cores: half each
-    assert plan_comm.flat_time("all_gather", 1e9, 4, crowded) == pytest.approx(1.5)
+    host = chips.calibrated_host(latency=1e-3, bandwidth=1e9)  # latency per call, none per ring step
+    assert plan_comm.flat_time("all_reduce", 1e9, 4, host) == pytest.approx(1e-3 + 1.5)  # alpha + 2(n-1)/n S/B
+    assert plan_comm.flat_time("all_gather", 1e9, 4, host) == pytest.approx(1e-3 + 0.75)
+    v5p = chips.chip("v5p")  # a TPU: latency per ring step, a ring over 8 chips along one of 3 torus dimensions
+    expected = 7 * v5p.ici_latency + 7 / 8 * 1e9 / (v5p.ici_bandwidth / 3)
+    assert plan_comm.ici_time("all_gather", 1e9, (8,), v5p) == pytest.approx(expected)
 
 
 def test_torus_mapping_and_dcn():
@@ -82,7 +83,7 @@ def test_a_plan_that_does_not_fit_is_rejected_with_the_reason():
     estimate = plan_cost.estimate(work, plan_cost.Layout(fsdp=8, ep=8, ac="full"))
     assert not estimate.fits
     assert estimate.rejected.startswith("out of memory") and "GiB" in estimate.rejected
-    result, _ = plan.plan("qwen3-235b-a22b", "v5e:8", batch=8, seq=4096)
+    result = plan.plan("qwen3-235b-a22b", "v5e:8", batch=8, seq=4096)
     assert result.best is None and result.rejected["out of memory"] > 0
 
 

@@ -69,7 +69,7 @@ def plan(model, chips: str, batch: int = 0, seq: int = 4096, slice_chips: int = 
     work = plan_cost.Workload(spec, chip, count, batch or count, seq, slice_chips, memory_reserve,
                               matmul_efficiency)
     limits = plan_search.Limits(max_tp, max_cp, max_pp, ac_modes=tuple(ac_modes or plan_cost.AC_MODES))
-    return plan_search.search(work, limits), limits
+    return plan_search.search(work, limits)
 
 
 # -- output -------------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def write_plot(rows, path: str, title: str) -> str:
     return path
 
 
-def to_json(result, limits, rows, launch) -> dict:
+def to_json(result, top: int, rows, launch) -> dict:
     import dataclasses
 
     def plan_json(e):
@@ -157,34 +157,30 @@ def to_json(result, limits, rows, launch) -> dict:
             "active_params": work.model.active_params(), "chip": dataclasses.asdict(work.chip),
             "chips": work.chips, "global_batch": work.global_batch, "seq": work.seq,
             "slice_chips": work.slice_size, "evaluated": result.evaluated,
-            "plans": [plan_json(e) for e in result.ranked[:limits_top(limits)]],
+            "plans": [plan_json(e) for e in result.ranked[:top]],
             "rejected": {kind: {"count": n, "example": result.examples[kind].rejected}
                          for kind, n in result.rejected.items()},
             "launch": launch, "scaling": rows}
-
-
-def limits_top(limits) -> int:
-    return getattr(limits, "top", 5)
 
 
 def run(args) -> int:
     from . import plan_launch, plan_model, plan_search
 
     try:
-        result, limits = plan(args.model, args.chips, args.batch, args.seq, args.slice_chips, args.ac,
+        result = plan(args.model, args.chips, args.batch, args.seq, args.slice_chips, args.ac,
                               args.max_tp, args.max_cp, args.max_pp, args.memory_reserve, args.matmul_efficiency)
     except (PlanError, plan_model.ModelConfigError, ValueError) as error:
         print(f"torchtpu tune plan: error: {error}", file=sys.stderr)
         return 2
     work, best = result.work, result.best
     launch = plan_launch.settings(work, best.layout) if best else None
-    rows = [] if args.no_scaling else plan_search.scaling_curve(work, limits)
+    rows = [] if args.no_scaling else plan_search.scaling_curve(work, result.limits)
     plot = None
     if rows and args.plot:
         plot = write_plot(rows, args.plot, f"{work.model.name} on {work.chip.name}, "
                                            f"{work.global_batch // work.chips or 1} seq/chip x {work.seq}")
     if args.json:
-        document = to_json(result, type("L", (), {"top": args.top}), rows, launch)
+        document = to_json(result, args.top, rows, launch)
         document["plot"] = plot
         print(json.dumps(document, indent=1, default=str))
         return 0 if best else 1

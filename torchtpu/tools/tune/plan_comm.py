@@ -5,7 +5,7 @@ inside it) and ``size`` chips long.  Chips are laid out slice by slice, each sli
 are filled innermost first, so the block's position says which torus dimensions its ring runs over (more
 dimensions, more links, more bandwidth) and whether it leaves the slice (then the outer part runs over DCN).
 
-Per-chip data sizes follow NCCL's convention: ``nbytes`` is the larger side (the all-gather's output, the
+Time = call latency + ring steps x step latency + bytes moved / bandwidth.  Per-chip data sizes follow NCCL's convention: ``nbytes`` is the larger side (the all-gather's output, the
 reduce-scatter's input, the all-reduce's buffer).  Ring algorithms move, per chip:
 
 - all-reduce: 2(n-1)/n * nbytes in 2(n-1) steps;
@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import math
 
-from .chips import Chip
+from .chips import Chip, link
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -98,9 +98,7 @@ def ici_time(kind: str, nbytes: float, extents: tuple[int, ...], chip: Chip) -> 
         return 0.0
     if kind == "all_to_all":
         extents = tuple(e for e in torus_shape(n, chip.torus_dims) if e > 1)
-    bandwidth = chip.ici_bandwidth * len(extents) / max(chip.torus_dims, 1)
-    if chip.host_cores and chip.ici_topology == "switch":
-        bandwidth *= min(1.0, chip.host_cores / n)  # processes beyond the cores share them (the host only)
+    bandwidth = link(chip, kind)[1] * len(extents) / max(chip.torus_dims, 1)
     moved = bytes_moved(kind, n, nbytes)
     if kind == "all_to_all" and chip.ici_topology != "switch":
         moved *= max(1.0, max(extents) / 4)  # bisection: a torus ring carries messages n/4 hops on average
@@ -114,10 +112,17 @@ def dcn_time(kind: str, nbytes: float, slices: int, chip: Chip) -> float:
     return ring_steps(kind, slices) * chip.dcn_latency + bytes_moved(kind, slices, nbytes) / chip.dcn_bandwidth
 
 
+def call_latency(kind: str, n: int, chip: Chip) -> float:
+    """The fixed cost of one call; on the host, processes beyond its cores wait for one."""
+    if n <= 1:
+        return 0.0
+    return link(chip, kind)[0] * (max(1.0, n / chip.host_cores) if chip.host_cores else 1.0)
+
+
 def collective_time(kind: str, nbytes: float, where: Span, chip: Chip) -> tuple[float, float]:
     """(ICI seconds, DCN seconds) of one collective.  A group spanning slices runs hierarchically: the ICI
     part on the whole buffer, then the DCN part on the 1/ici_size share each chip holds after it."""
-    ici = ici_time(kind, nbytes, where.ici_extents, chip)
+    ici = ici_time(kind, nbytes, where.ici_extents, chip) + call_latency(kind, where.ici_size * where.dcn_size, chip)
     dcn_share = nbytes / where.ici_size if kind in ("all_reduce", "reduce_scatter", "all_gather") else nbytes
     return ici, dcn_time(kind, dcn_share, where.dcn_size, chip)
 

@@ -60,6 +60,7 @@ class SearchResult:
     rejected: collections.Counter  # reason (its first words) -> how many plans
     examples: dict  # reason kind -> one full rejected Estimate
     evaluated: int
+    limits: Limits = Limits()
 
     @property
     def best(self) -> Estimate | None:
@@ -91,7 +92,7 @@ def search(work: Workload, limits: Limits = Limits()) -> SearchResult:
             kind = _reason_kind(estimate.rejected)
             rejected[kind] += 1
             examples.setdefault(kind, estimate)
-    return SearchResult(work, rank(fitting), rejected, examples, evaluated)
+    return SearchResult(work, rank(fitting), rejected, examples, evaluated, limits)
 
 
 def scaling_counts(chips: int) -> list[int]:
