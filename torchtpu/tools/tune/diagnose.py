@@ -90,12 +90,15 @@ def user_location(frame=None) -> tuple[str, int]:
 _TRACE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
-def stack_trace_location(stack_trace: str | None) -> tuple[str, int]:
-    """The innermost user frame of an FX node's ``stack_trace``."""
-    for match in reversed(list(_TRACE_LINE.finditer(stack_trace or ""))):
+def stack_trace_location(stack_trace: str | None) -> tuple[tuple[str, int] | None, str]:
+    """The innermost user frame of an FX node's ``stack_trace`` (None when all of it is library
+    code, a Hugging Face model say), and its innermost frame as ``file.py:line``."""
+    frames = list(_TRACE_LINE.finditer(stack_trace or ""))
+    innermost = f"{os.path.basename(frames[-1]['file'])}:{frames[-1]['line']}" if frames else ""
+    for match in reversed(frames):
         if is_user_file(match["file"]):
-            return match["file"], int(match["line"])
-    return "<compiled graph>", 0
+            return (match["file"], int(match["line"])), innermost
+    return None, innermost
 
 
 # ---- matrix products -------------------------------------------------------------------------
@@ -111,6 +114,7 @@ class Product:
     k: int
     n: int
     dtype: str
+    source: str = ""  # the innermost frame that made it, in a compiled graph (``modeling_llama.py:83``)
 
     @property
     def flops(self) -> int:
@@ -121,7 +125,8 @@ class Product:
 
     def describe(self) -> str:
         batch = f"{self.batch} x " if self.batch > 1 else ""
-        return f"{self.op} {batch}[{self.m}x{self.k}] @ [{self.k}x{self.n}] ({self.dtype})"
+        source = f" at {self.source}" if self.source else ""
+        return f"{self.op} {batch}[{self.m}x{self.k}] @ [{self.k}x{self.n}] ({self.dtype}){source}"
 
 
 def _round_up(n: int, tile: int) -> int:
@@ -171,7 +176,7 @@ def _conv_out_shape(x, w, stride, padding, dilation) -> list:
 
 
 def _graph_products(gm):
-    """(product, (file, line)) for each matrix product node of an FX graph."""
+    """(product, user location or None) for each matrix product node of an FX graph."""
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -183,7 +188,8 @@ def _graph_products(gm):
         product = product_of(str(node.target), shapes, _dtype_name(vals[0].dtype),
                              list(out.shape) if hasattr(out, "shape") else None)
         if product is not None:
-            yield product, stack_trace_location(node.meta.get("stack_trace"))
+            location, source = stack_trace_location(node.meta.get("stack_trace"))
+            yield dataclasses.replace(product, source=source), location
 
 
 def _dtype_name(dtype) -> str:
@@ -269,8 +275,9 @@ class Analyzer:
             self._eager_op(*detail)
         elif event == "graph":
             self.graphs += 1
+            call_site = self.location()  # building the graph: the call of the compiled function
             for product, location in _graph_products(detail[1]):
-                self.products[(product, location, None)] += 1
+                self.products[(product, location or call_site, None)] += 1
         elif event == "padding":
             self._add("padding_waste", self.location(), "pad_to_bucket", detail)
         elif event == "graph_break" and detail != "optimizer step":  # fused mode cut the graph
