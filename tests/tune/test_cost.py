@@ -18,8 +18,11 @@ from torchtpu.tools.tune import chips, cost
 
 # A calibration made up for the tests, so that none of them measures this (shared) machine.
 FAKE_HOST = {"matmul": {"f32": [[2e6, 1e10], [2e9, 1e11]], "bf16": [[2e6, 5e9], [2e9, 5e10]]},
-             "bandwidth": [[1e5, 1e10], [1e8, 2e10]], "fresh_seconds_per_byte": 1e-9, "op_seconds": 1e-6,
-             "program_seconds": 5e-6, "transcendentals_per_s": 1e9}
+             "skinny_matmul": {"f32": [[10, 1e10], [300, 1e11]], "bf16": [[10, 5e9], [300, 5e10]]},
+             "convolution": [[27, 1e10], [576, 1e11]], "bandwidth": [[1e5, 1e10], [1e8, 2e10]],
+             "fresh_seconds_per_byte": 1e-9, "op_seconds": 1e-6, "program_seconds": 5e-6,
+             "transcendentals_per_s": 1e9, "elementwise_per_s": 1e10, "gathered_per_s": 1e9,
+             "reduce": [[4, 1e9], [2048, 1e10]]}
 
 
 @pytest.fixture
@@ -80,8 +83,8 @@ HAND_MADE = chips.Chip("hand", bf16_flops=100e12, int8_ops=200e12, fp8_flops=0.0
 
 def test_roofline_on_a_hand_made_chip():
     machine = cost.chip_target(HAND_MADE)
-    compute_bound = cost.Op("mm", "dot", matmul_flops=1e12, flops=1e12, bytes=1e6, matmul_dtype="bf16")
-    memory_bound = cost.Op("add", "fusion", flops=1e6, bytes=1e9)
+    compute_bound = cost.Op("mm", "dot", matmul_flops=1e12, bytes=1e6, matmul_dtype="bf16")
+    memory_bound = cost.Op("add", "fusion", elementwise=1e6, bytes=1e9)
     assert cost.op_seconds(compute_bound, machine) == pytest.approx(1e12 / 100e12)
     assert cost.op_seconds(memory_bound, machine) == pytest.approx(1e9 / 1e12)
     highest = cost.Op("mm32", "dot", matmul_flops=1e12, bytes=1e6, matmul_dtype="f32", precision="highest")
@@ -92,15 +95,36 @@ def test_roofline_on_a_hand_made_chip():
     assert cost.program_seconds(program, machine) == pytest.approx(0.01 + 0.001 + cost.TPU_PROGRAM_SECONDS)
 
 
+def _product(flops, dtype="f32", intensity=1000.0, narrowness=0.0):
+    return cost.Op("p", "fusion", matmul_flops=flops, matmul_elements=flops / intensity, matmul_dtype=dtype,
+                   conv_narrowness=narrowness)
+
+
 def test_the_host_curves_interpolate_in_log_size(calibration):
     host = cost.target("host", calibration)
-    assert host.matmul_rate(2e6, "f32") == pytest.approx(1e10)
-    assert host.matmul_rate(2e12, "f32") == pytest.approx(1e11)  # flat beyond the ends
+    assert host.matmul_rate(_product(2e6)) == pytest.approx(1e10)
+    assert host.matmul_rate(_product(2e12)) == pytest.approx(1e11)  # flat beyond the ends
     middle = math.sqrt(2e6 * 2e9)
-    assert host.matmul_rate(middle, "f32") == pytest.approx(5.5e10)
-    assert host.matmul_rate(middle, "bf16") == pytest.approx(2.75e10)  # its own, slower, curve
-    assert host.matmul_rate(middle, "f16") == host.matmul_rate(middle, "bf16")
+    assert host.matmul_rate(_product(middle)) == pytest.approx(5.5e10)
+    assert host.matmul_rate(_product(middle, "bf16")) == pytest.approx(2.75e10)  # its own, slower, curve
+    assert host.matmul_rate(_product(middle, "f16")) == host.matmul_rate(_product(middle, "bf16"))
     assert host.peak_flops == 1e11
+
+
+def test_thin_products_and_narrow_convolutions_run_slower(calibration):
+    host = cost.target("host", calibration)
+    assert host.matmul_rate(_product(2e9, intensity=10)) == pytest.approx(1e10)
+    assert host.matmul_rate(_product(2e9, narrowness=27)) == pytest.approx(1e10)
+    assert host.matmul_rate(_product(2e9, narrowness=576)) == pytest.approx(1e11)
+
+
+def test_vector_work_gathers_and_reductions_add_up(calibration):
+    host = cost.target("host", calibration)
+    op = cost.Op("f", "fusion", elementwise=1e8, gathered=1e7, reductions=[(4e7, 4)])
+    assert cost.op_seconds(op, host) == pytest.approx(1e8 / 1e10 + 1e7 / 1e9 + 4e7 / 1e9 + 1e-6)
+    counted = cost.program_costs(jax.jit(lambda x, i: x[i].sum()).lower(jnp.ones(64), jnp.arange(8)))
+    assert sum(op.gathered for op in counted.ops) == 8
+    assert [length for op in counted.ops for _, length in op.reductions] == [8]
 
 
 def test_big_new_buffers_pay_for_their_pages():

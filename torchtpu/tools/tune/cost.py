@@ -43,7 +43,11 @@ class Op:
     name: str
     opcode: str  # "fusion", "copy", "dot", ...
     matmul_flops: float = 0.0  # dots and convolutions
-    flops: float = 0.0  # everything, matmuls included
+    matmul_elements: float = 0.0  # of their operands and results: flops / elements is their intensity
+    conv_narrowness: float = 0.0  # a convolution's smaller side as a product: min(rows, depth)
+    elementwise: float = 0.0  # elements produced by its other instructions (the vector units' work)
+    gathered: float = 0.0  # elements gathered or scattered: an address each
+    reductions: list = dataclasses.field(default_factory=list)  # (elements reduced, elements per result) each
     transcendentals: float = 0.0
     bytes: float = 0.0  # operands read plus results written
     matmul_dtype: str = "f32"  # the operand dtype of its matrix products
@@ -109,6 +113,9 @@ def _attribute(attributes: str, key: str) -> str | None:
     return found.group(1) if found else None
 
 
+_DATA_MOVEMENT = {"bitcast", "reshape", "broadcast", "parameter", "constant", "tuple", "get-tuple-element"}
+
+
 def _dot_flops(inst: _Instruction, shapes: dict) -> float:
     lhs = _arrays(shapes.get(inst.operands[0], ""))
     contracting = _attribute(inst.attributes, "lhs_contracting_dims") or ""
@@ -116,33 +123,46 @@ def _dot_flops(inst: _Instruction, shapes: dict) -> float:
     return 2.0 * _elements(inst.shape) * depth
 
 
-def _convolution_flops(inst: _Instruction, shapes: dict) -> float:
+def _convolution_as_product(inst: _Instruction, shapes: dict) -> tuple[float, float, float]:
+    """A convolution as the matrix product it amounts to: (rows, depth, columns), that is (batch x output
+    positions, kernel positions x input features, output features)."""
     kernel = _arrays(shapes.get(inst.operands[1], ""))
     labels = re.search(r"dim_labels=\w+_(\w+)->", inst.attributes)
     if not kernel or not labels:
-        return 0.0
+        return 0.0, 0.0, 0.0
     dims = kernel[0][1]
-    out_features = dims[labels.group(1).index("o")]
-    return 2.0 * _elements(inst.shape) * math.prod(dims) / max(out_features, 1)
+    columns = max(dims[labels.group(1).index("o")], 1)
+    return _elements(inst.shape) / columns, math.prod(dims) / columns, columns
+
+
+def _convolution_flops(inst: _Instruction, shapes: dict) -> float:
+    rows, depth, columns = _convolution_as_product(inst, shapes)
+    return 2.0 * rows * depth * columns
 
 
 def _add_inner_costs(op: Op, computation: list, shapes: dict) -> None:
-    """Flops of the instructions inside a fusion (or of a bare instruction, as a one-line computation)."""
+    """The work of the instructions inside a fusion (or of a bare instruction, as a one-line computation).
+    A copy or transpose outside a fusion is only memory traffic: its bytes say all."""
+    if len(computation) == 1 and computation[0].opcode in ("copy", "transpose"):
+        return
     for inst in computation:
         if inst.opcode in ("dot", "convolution"):
             flops = (_dot_flops if inst.opcode == "dot" else _convolution_flops)(inst, shapes)
             op.matmul_flops += flops
-            op.flops += flops
+            op.matmul_elements += _elements(inst.shape) + sum(_elements(shapes.get(o, "")) for o in inst.operands[:2])
+            if inst.opcode == "convolution":
+                op.conv_narrowness = min(_convolution_as_product(inst, shapes)[:2])
             lhs = _arrays(shapes.get(inst.operands[0], ""))
             op.matmul_dtype = lhs[0][0] if lhs else op.matmul_dtype
             op.precision = (_attribute(inst.attributes, "operand_precision") or "default").split(",")[0]
-        elif inst.opcode in _TRANSCENDENTAL:
-            op.transcendentals += _elements(inst.shape)
         elif inst.opcode == "reduce":
-            op.flops += sum(_elements(shapes.get(o, "")) for o in inst.operands[: len(inst.operands) // 2])
-        elif inst.opcode not in _HIDE_FROM_ROOFLINE and inst.opcode not in ("broadcast", "reshape", "transpose",
-                                                                           "slice", "copy", "concatenate", "iota"):
-            op.flops += _elements(inst.shape)
+            reduced = sum(_elements(shapes.get(o, "")) for o in inst.operands[: len(inst.operands) // 2])
+            op.reductions.append((reduced, reduced / max(_elements(inst.shape), 1)))
+        elif inst.opcode in ("gather", "scatter"):
+            op.gathered += _elements(inst.shape if inst.opcode == "gather" else shapes.get(inst.operands[-1], ""))
+        elif inst.opcode not in _DATA_MOVEMENT:  # gathers, selects and index arithmetic cost work too
+            op.elementwise += _elements(inst.shape)
+            op.transcendentals += _elements(inst.shape) if inst.opcode in _TRANSCENDENTAL else 0
 
 
 def _trip_count(inst: _Instruction) -> float:
@@ -248,7 +268,7 @@ class Target:
     curves are one point (its peak)."""
 
     name: str
-    matmul: dict  # operand dtype -> [(flops of the product, FLOP/s)]
+    matmul: dict  # operand dtype -> [(flops of a square product, FLOP/s)]
     bandwidth: list  # [(bytes moved by the op, bytes/s)]
     transcendentals_per_s: float
     op_seconds: float  # fixed cost of each top-level op
@@ -256,12 +276,27 @@ class Target:
     peak_flops: float  # the denominator of MFU
     fresh_seconds_per_byte: float = 0.0  # first touch of newly mapped memory (the host's page faults)
     fresh_threshold: float = math.inf  # buffers at least this big are newly mapped on every run
+    skinny_matmul: dict = dataclasses.field(default_factory=dict)  # dtype -> [(flops per element, FLOP/s)]
+    elementwise_per_s: float = math.inf  # elements the vector units produce per second inside fusions
+    gathered_per_s: float = math.inf
+    reduce: list = dataclasses.field(default_factory=list)  # [(elements per result, elements reduced per s)]
+    convolution: list = dataclasses.field(default_factory=list)  # [(min(rows, depth), FLOP/s)], f32
 
-    def matmul_rate(self, flops: float, dtype: str, precision: str = "default") -> float:
-        if dtype in self.matmul:
-            return _interpolate(self.matmul[dtype], flops)
-        half = "bf16" if "bf16" in self.matmul else next(iter(self.matmul))
-        return _interpolate(self.matmul[half], flops)  # f16 and the rest: the half-precision rate
+    def matmul_rate(self, op: Op) -> float:
+        """A product's FLOP/s: that of a square product as big, or of a thin one as narrow, whichever is less."""
+        rate = _interpolate(self._curve(self.matmul, op.matmul_dtype), op.matmul_flops)
+        if self.skinny_matmul and op.matmul_elements:
+            intensity = op.matmul_flops / op.matmul_elements
+            rate = min(rate, _interpolate(self._curve(self.skinny_matmul, op.matmul_dtype), intensity))
+        if self.convolution and op.conv_narrowness:  # convolutions over few channels run far slower
+            rate = min(rate, _interpolate(self.convolution, op.conv_narrowness))
+        return rate
+
+    @staticmethod
+    def _curve(curves: dict, dtype: str) -> list:
+        if dtype in curves:
+            return curves[dtype]
+        return curves["bf16" if "bf16" in curves else next(iter(curves))]  # f16 and the rest: half precision
 
     def bandwidth_at(self, nbytes: float) -> float:
         return _interpolate(self.bandwidth, nbytes)
@@ -295,9 +330,9 @@ def chip_target(chip) -> Target:
 
 
 class _TpuTarget(Target):
-    def matmul_rate(self, flops: float, dtype: str, precision: str = "default") -> float:
-        passes = _PRECISION_PASSES.get(precision, 6) if dtype == "f32" else 1
-        return super().matmul_rate(flops, dtype) / passes
+    def matmul_rate(self, op: Op) -> float:
+        passes = _PRECISION_PASSES.get(op.precision, 6) if op.matmul_dtype == "f32" else 1
+        return super().matmul_rate(op) / passes
 
 
 def target(name: str = "v5e", calibration: str | None = None) -> Target:
@@ -313,12 +348,15 @@ def target(name: str = "v5e", calibration: str | None = None) -> Target:
 
 MATMUL_SIZES = {"f32": (64, 128, 256, 512, 1024), "bf16": (64, 256, 512)}  # square products, n x n x n
 COPY_BYTES = (64 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20)  # each array; the op moves twice this
-CALIBRATION_VERSION = 2  # part of the cache key: a new version of what is measured measures again
+THIN_ROWS, THIN_SIZES = 8192, (8, 32, 128, 512)
+REDUCE_LENGTHS = (4, 64, 2048)
+CONV_CHANNELS = (3, 16, 64)
+CALIBRATION_VERSION = 5  # part of the cache key: a new version of what is measured measures again
 FRESH_BYTES = 64 << 20
 FRESH_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
 
 
-def _best_seconds(fn, *args, budget: float = 0.25) -> float:
+def _best_seconds(fn, *args, budget: float = 0.15) -> float:
     """The shortest wall time of ``fn(*args)`` (jitted; the first call compiles) in ``budget`` seconds.
     The best run, not the median: this machine is shared, and the fastest run is what it can do."""
     import time
@@ -333,16 +371,44 @@ def _best_seconds(fn, *args, budget: float = 0.25) -> float:
     return min(times)
 
 
-def _measure_matmul(dtype_name: str, launch: float) -> list:
+def _product_rate(m: int, k: int, n: int, dtype_name: str, launch: float) -> float:
+    """FLOP/s of one (m, k) x (k, n) product."""
     import jax
     import jax.numpy as jnp
 
     dtype = {"f32": jnp.float32, "bf16": jnp.bfloat16}[dtype_name]
     product = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
+    seconds = _best_seconds(product, jnp.ones((m, k), dtype), jnp.ones((k, n), dtype))
+    return 2.0 * m * k * n / _less_launch(seconds, launch)
+
+
+def _measure_matmul(dtype_name: str, launch: float) -> list:
+    """Square products: [(flops, FLOP/s)], small ones being slower."""
+    return [(2.0 * n**3, _product_rate(n, n, n, dtype_name, launch)) for n in MATMUL_SIZES[dtype_name]]
+
+
+def _measure_convolution(launch: float) -> list:
+    """3x3 convolutions (f32, NHWC) over CONV_CHANNELS input channels: [(min(rows, depth), FLOP/s)]."""
+    import jax
+    import jax.numpy as jnp
+
+    conv = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision="highest"))
     curve = []
-    for n in MATMUL_SIZES[dtype_name]:
-        a = jnp.ones((n, n), dtype)
-        curve.append((2.0 * n**3, 2.0 * n**3 / _less_launch(_best_seconds(product, a, a), launch)))
+    for channels in CONV_CHANNELS:
+        x, w = jnp.ones((16, 32, 32, channels)), jnp.ones((3, 3, channels, 32))
+        seconds = _less_launch(_best_seconds(conv, x, w), launch)
+        curve.append((9.0 * channels, 2.0 * 16 * 32 * 32 * 9 * channels * 32 / seconds))
+    return curve
+
+
+def _measure_skinny_matmul(dtype_name: str, launch: float) -> list:
+    """Long, thin products (THIN_ROWS x s by s x s): [(flops per element of operands and result, FLOP/s)].
+    A convolution over few channels is such a product, and runs far below the square rate."""
+    curve = []
+    for s in THIN_SIZES:
+        intensity = 2.0 * THIN_ROWS * s * s / (2 * THIN_ROWS * s + s * s)
+        curve.append((intensity, _product_rate(THIN_ROWS, s, s, dtype_name, launch)))
     return curve
 
 
@@ -383,8 +449,8 @@ def _less_launch(seconds: float, launch: float) -> float:
     return max(seconds - launch, seconds / 10)
 
 
-def _measure_overheads() -> tuple[float, float, float]:
-    """Seconds per program launch, per top-level op, and transcendentals per second."""
+def _measure_overheads() -> tuple[float, float]:
+    """Seconds per program launch and per top-level op."""
     import jax
     import jax.numpy as jnp
 
@@ -396,10 +462,38 @@ def _measure_overheads() -> tuple[float, float, float]:
             x = jax.lax.optimization_barrier(jnp.sin(x) + 1)
         return x
 
-    per_op = max(0.0, (_best_seconds(jax.jit(chain), tiny) - launch) / 64)
-    big = jnp.ones(2 << 20, jnp.float32)
-    transcendentals = big.size / _less_launch(_best_seconds(jax.jit(jnp.exp), big), launch)
-    return launch, per_op, transcendentals
+    return launch, max(0.0, (_best_seconds(jax.jit(chain), tiny) - launch) / 64)
+
+
+def _mixed(x):
+    """Forty cheap vector ops per element, one loop fusion."""
+    import jax.numpy as jnp
+
+    for _ in range(8):
+        x = jnp.where(x > 0.5, x * 1.01 + 0.1, x - 0.2)
+    return x
+
+
+def _measure_vector(launch: float) -> dict:
+    """Per second, inside fusions and counted as the model counts them (``hlo_ops``): vector ops,
+    transcendentals, gathered elements, and reduced elements by the length of the reduction; on arrays
+    that stay in cache, so that memory is not what is measured."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones(256 << 10, jnp.float32)
+    indices = (jnp.arange(x.size, dtype=jnp.int32) * 7919) % x.size  # scattered addresses
+
+    def rate(fn, *args, count):
+        program = jax.jit(fn).lower(*args).compile()
+        return sum(count(op) for op in hlo_ops(program.as_text())) / _less_launch(_best_seconds(program, *args), launch)
+
+    reduce = [(length, rate(lambda x, n=length: jnp.sum(x.reshape(-1, n), axis=1), x,
+                            count=lambda op: sum(e for e, _ in op.reductions)))
+              for length in REDUCE_LENGTHS]
+    return {"elementwise_per_s": rate(_mixed, x, count=lambda op: op.elementwise),
+            "transcendentals_per_s": rate(jnp.exp, x, count=lambda op: op.transcendentals),
+            "gathered_per_s": rate(lambda x, i: x[i], x, indices, count=lambda op: op.gathered), "reduce": reduce}
 
 
 def _calibration_key() -> str:
@@ -421,10 +515,11 @@ def _default_path():
 
 def measure_host() -> dict:
     """Measure this machine now (a few seconds): matmul FLOP/s per dtype, bandwidth, overheads."""
-    launch, per_op, transcendentals = _measure_overheads()
-    return {"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
-            "bandwidth": _measure_bandwidth(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
-            "program_seconds": launch, "op_seconds": per_op, "transcendentals_per_s": transcendentals}
+    launch, per_op = _measure_overheads()
+    return {**_measure_vector(launch),"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
+            "skinny_matmul": {dtype: _measure_skinny_matmul(dtype, launch) for dtype in MATMUL_SIZES},
+            "convolution": _measure_convolution(launch), "bandwidth": _measure_bandwidth(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
+            "program_seconds": launch, "op_seconds": per_op}
 
 
 def calibrate(path=None, refresh: bool = False) -> dict:
@@ -444,22 +539,35 @@ def calibrate(path=None, refresh: bool = False) -> dict:
 
 
 def host_target(figures: dict) -> Target:
-    matmul = {dtype: [tuple(p) for p in curve] for dtype, curve in figures["matmul"].items()}
+    curves = lambda name: {dtype: [tuple(p) for p in c] for dtype, c in figures[name].items()}  # noqa: E731
+    matmul = curves("matmul")
     return Target(HOST, matmul, [tuple(p) for p in figures["bandwidth"]], figures["transcendentals_per_s"],
                   figures["op_seconds"], figures["program_seconds"], max(rate for _, rate in matmul["f32"]),
-                  figures["fresh_seconds_per_byte"], FRESH_THRESHOLD)
+                  figures["fresh_seconds_per_byte"], FRESH_THRESHOLD, curves("skinny_matmul"),
+                  figures["elementwise_per_s"], figures["gathered_per_s"], [tuple(p) for p in figures["reduce"]],
+                  [tuple(p) for p in figures["convolution"]])
 
 
 # ---- the prediction ----------------------------------------------------------------------------------------
 
 
 def op_seconds(op: Op, machine: Target) -> float:
-    """The roofline of one op: the slowest of its products, its memory traffic and its transcendentals."""
-    compute = op.matmul_flops / machine.matmul_rate(op.matmul_flops, op.matmul_dtype, op.precision) \
-        if op.matmul_flops else 0.0
-    memory = op.bytes / machine.bandwidth_at(op.bytes) if op.bytes else 0.0
-    special = op.transcendentals / machine.transcendentals_per_s
-    return op.repeats * (max(compute, memory, special) + machine.op_seconds)
+    """The roofline of one op: the slower of its work (products, vector work, transcendentals) and its
+    memory traffic, plus the fixed cost of running an op."""
+    return op.repeats * (max(_compute_seconds(op, machine), _memory_seconds(op, machine)) + machine.op_seconds)
+
+
+def _compute_seconds(op: Op, machine: Target) -> float:
+    products = op.matmul_flops / machine.matmul_rate(op) if op.matmul_flops else 0.0
+    vector = max(op.elementwise / machine.elementwise_per_s, op.transcendentals / machine.transcendentals_per_s)
+    vector += op.gathered / machine.gathered_per_s
+    if machine.reduce:
+        vector += sum(elements / _interpolate(machine.reduce, length) for elements, length in op.reductions)
+    return max(products, vector)
+
+
+def _memory_seconds(op: Op, machine: Target) -> float:
+    return op.bytes / machine.bandwidth_at(op.bytes) if op.bytes else 0.0
 
 
 def program_seconds(program: Program, machine: Target) -> float:
@@ -504,9 +612,8 @@ class Prediction:
 
 
 def _bound(program: Program, machine: Target) -> str:
-    compute = sum(op.repeats * op.matmul_flops / machine.matmul_rate(op.matmul_flops, op.matmul_dtype, op.precision)
-                  for op in program.ops if op.matmul_flops)
-    memory = sum(op.repeats * op.bytes / machine.bandwidth_at(op.bytes) for op in program.ops if op.bytes)
+    compute = sum(op.repeats * _compute_seconds(op, machine) for op in program.ops)
+    memory = sum(op.repeats * _memory_seconds(op, machine) for op in program.ops)
     return "compute" if compute >= memory else "memory"
 
 
@@ -640,8 +747,16 @@ def _run_script(script: str, script_args: list) -> list:
 def _describe_host(figures: dict) -> str:
     lines = [f"matmul {dtype}: " + ", ".join(f"{round((f / 2) ** (1 / 3))}^3 {r / 1e9:.0f} GFLOP/s" for f, r in curve)
              for dtype, curve in figures["matmul"].items()]
+    lines += [f"thin matmul {dtype}: " + ", ".join(f"{THIN_ROWS}x{s} {r / 1e9:.0f} GFLOP/s"
+                                                   for s, (_, r) in zip(THIN_SIZES, curve))
+              for dtype, curve in figures["skinny_matmul"].items()]
+    lines.append("3x3 convolution f32: " + ", ".join(f"{depth / 9:.0f} channels {r / 1e9:.0f} GFLOP/s"
+                                                      for depth, r in figures["convolution"]))
     lines.append("bandwidth: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["bandwidth"]))
     lines.append(f"new memory {figures['fresh_seconds_per_byte'] * 2**30 * 1e3:.0f} ms/GiB; "
                  f"program launch {figures['program_seconds'] * 1e6:.1f} us, per op {figures['op_seconds'] * 1e6:.2f} us, "
+                 f"vector ops {figures['elementwise_per_s'] / 1e9:.2f} G/s, "
+                 f"gathers {figures['gathered_per_s'] / 1e9:.2f} G/s, reductions "
+                 + ", ".join(f"{length:.0f} long {r / 1e9:.2f} G/s" for length, r in figures["reduce"]) + ", "
                  f"transcendentals {figures['transcendentals_per_s'] / 1e9:.2f} G/s")
     return "\n".join(lines)
