@@ -232,3 +232,12 @@ def test_the_command_prints_the_calibration(calibration):
     assert json.loads(out.getvalue()) == FAKE_HOST
     with pytest.raises(ValueError, match="unknown TPU generation"):
         cli.main(["tune", "cost", "--chip", "nope", "--calibration", calibration, "script.py"])
+
+
+def test_two_calibrations_merge_into_the_best_of_each():
+    slower = {**FAKE_HOST, "bandwidth": [[1e5, 5e9], [1e8, 3e10]], "program_seconds": 9e-6,
+              "elementwise_per_s": 2e10}
+    best = cost.best_of(FAKE_HOST, slower)
+    assert best["bandwidth"] == [[1e5, 1e10], [1e8, 3e10]]
+    assert best["program_seconds"] == 5e-6 and best["elementwise_per_s"] == 2e10
+    assert best["matmul"] == FAKE_HOST["matmul"]
