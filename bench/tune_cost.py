@@ -33,19 +33,18 @@ import torchtpu  # noqa: F401  registers the tpu device
 from torchtpu.tools.tune import cost
 
 
+def _descend(loss, optimizer):
+    """Gradients of ``loss``, then one optimizer step; returns the loss, detached."""
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.detach()
+
+
 def _train_step(model, loss_fn, batch):
     """A compiled AdamW training step of ``model`` on ``batch`` (already on the device)."""
     optimizer = make_optimizer(model, capturable=True)
-
-    @torch.compile(backend="tpu")
-    def step():
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss.detach()
-
-    return step
+    return torch.compile(lambda: _descend(loss_fn(model, *batch), optimizer), backend="tpu")
 
 
 def _to_device(*tensors):

@@ -50,6 +50,7 @@ class Op:
     reductions: list = dataclasses.field(default_factory=list)  # (elements reduced, elements per result) each
     transcendentals: float = 0.0
     bytes: float = 0.0  # operands read plus results written
+    cold_bytes: float = 0.0  # the part read straight from the program's arguments: not in any cache yet
     matmul_dtype: str = "f32"  # the operand dtype of its matrix products
     precision: str = "default"  # an f32 product's operand_precision
     repeats: float = 1.0  # a while loop's trip count
@@ -182,10 +183,22 @@ def output_arrays(text: str) -> list[float]:
     return [math.prod(dims) * _DTYPE_BYTES[dtype] for dtype, dims in _arrays(layout.group(1))] if layout else []
 
 
+def _arguments(entry: list) -> set:
+    """The entry's parameters and the free views of them (bitcasts, tuple elements): data that comes
+    from memory, not from an op that has just run."""
+    names = set()
+    for inst in entry:
+        if inst.opcode == "parameter" or (inst.opcode in ("bitcast", "get-tuple-element", "reshape")
+                                          and inst.operands and inst.operands[0] in names):
+            names.add(inst.name)
+    return names
+
+
 def hlo_ops(text: str) -> list[Op]:
     """The top-level ops of an optimized HLO module (the entry, and the bodies of its loops and calls)."""
     computations, entry = parse_hlo(text)
     shapes = {inst.name: inst.shape for body in computations.values() for inst in body}
+    arguments = _arguments(computations.get(entry, []))
     ops: list[Op] = []
 
     def walk(name: str, repeats: float) -> None:
@@ -200,6 +213,7 @@ def hlo_ops(text: str) -> list[Op]:
                 continue
             op = Op(inst.name, inst.opcode, repeats=repeats)
             op.bytes = shape_bytes(inst.shape) + sum(shape_bytes(shapes.get(o, "")) for o in inst.operands)
+            op.cold_bytes = sum(shape_bytes(shapes.get(o, "")) for o in inst.operands if o in arguments)
             inner = [computations.get(c, []) for c in _called(inst, "calls")] if inst.opcode == "fusion" else [[inst]]
             for body in inner:
                 _add_inner_costs(op, body, shapes)
@@ -351,14 +365,15 @@ COPY_BYTES = (64 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20)  # eac
 THIN_ROWS, THIN_SIZES = 8192, (8, 32, 128, 512)
 REDUCE_LENGTHS = (4, 64, 2048)
 CONV_CHANNELS = (3, 16, 64)
-CALIBRATION_VERSION = 5  # part of the cache key: a new version of what is measured measures again
+CALIBRATION_VERSION = 6  # part of the cache key: a new version of what is measured measures again
 FRESH_BYTES = 64 << 20
 FRESH_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
 
 
 def _best_seconds(fn, *args, budget: float = 0.15) -> float:
-    """The shortest wall time of ``fn(*args)`` (jitted; the first call compiles) in ``budget`` seconds.
-    The best run, not the median: this machine is shared, and the fastest run is what it can do."""
+    """A fast wall time of ``fn(*args)`` (jitted; the first call compiles) in ``budget`` seconds: the
+    lower quartile of the runs.  Not the median, since the machine is shared and an undisturbed run
+    says what it can do; not the fastest either, which may be an outlier of the clock."""
     import time
 
     fn(*args).block_until_ready()
@@ -368,7 +383,7 @@ def _best_seconds(fn, *args, budget: float = 0.15) -> float:
         fn(*args).block_until_ready()
         times.append(time.perf_counter() - start)
         spent += times[-1]
-    return min(times)
+    return sorted(times)[len(times) // 4]
 
 
 def _product_rate(m: int, k: int, n: int, dtype_name: str, launch: float) -> float:
@@ -382,9 +397,20 @@ def _product_rate(m: int, k: int, n: int, dtype_name: str, launch: float) -> flo
     return 2.0 * m * k * n / _less_launch(seconds, launch)
 
 
+def _never_slower_when_bigger(curve: list) -> list:
+    """A bigger product does not run slower than a smaller one: a long measurement that the machine's
+    other work interrupted is not believed."""
+    best, monotone = 0.0, []
+    for x, rate in sorted(curve):
+        best = max(best, rate)
+        monotone.append((x, best))
+    return monotone
+
+
 def _measure_matmul(dtype_name: str, launch: float) -> list:
     """Square products: [(flops, FLOP/s)], small ones being slower."""
-    return [(2.0 * n**3, _product_rate(n, n, n, dtype_name, launch)) for n in MATMUL_SIZES[dtype_name]]
+    return _never_slower_when_bigger(
+        [(2.0 * n**3, _product_rate(n, n, n, dtype_name, launch)) for n in MATMUL_SIZES[dtype_name]])
 
 
 def _measure_convolution(launch: float) -> list:
@@ -409,7 +435,7 @@ def _measure_skinny_matmul(dtype_name: str, launch: float) -> list:
     for s in THIN_SIZES:
         intensity = 2.0 * THIN_ROWS * s * s / (2 * THIN_ROWS * s + s * s)
         curve.append((intensity, _product_rate(THIN_ROWS, s, s, dtype_name, launch)))
-    return curve
+    return _never_slower_when_bigger(curve)
 
 
 def _scale_seconds(nbytes: int, donate: bool) -> float:
@@ -577,7 +603,11 @@ def _compute_seconds(op: Op, machine: Target) -> float:
 
 
 def _memory_seconds(op: Op, machine: Target) -> float:
-    return op.bytes / machine.bandwidth_at(op.bytes) if op.bytes else 0.0
+    """Bytes just written by earlier ops move at the bandwidth of their size (caches help small ones);
+    the program's arguments come from memory, at the bandwidth of the largest arrays."""
+    warm = op.bytes - op.cold_bytes
+    seconds = op.cold_bytes / machine.bandwidth_at(math.inf) if op.cold_bytes else 0.0
+    return seconds + (warm / machine.bandwidth_at(warm) if warm else 0.0)
 
 
 def program_seconds(program: Program, machine: Target) -> float:
