@@ -256,3 +256,14 @@ def test_search_removes_a_planted_cost_and_torchtpu_loads_the_profile(tmp_path):
     assert min(result.default_runs) >= 0.2
     settings = config.from_environ({"TORCHTPU_PROFILE": result.profile_path})
     assert modes.mode_from_config(settings) == torch.tpu.EagerMode.DEFER_AND_FUSE
+
+
+def test_a_trial_measured_another_way_than_the_default_is_not_compared(tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "STARTUP_CODE", "pass")
+    script = _script(tmp_path, """
+    if setting("defer_and_fuse") != "1":  # only the default reports its steps
+        print("torchtpu-step-seconds: 0.5", file=sys.stderr)
+    """)
+    result = _search(tmp_path, script, space=[search.Dimension("defer_and_fuse", (True,), True)])
+    assert [t.status for t in result.trials] == ["ok", "incomparable"]
+    assert result.best is result.default and result.speedup is None

@@ -104,7 +104,7 @@ class Trial:
     candidate: Candidate
     role: str  # default, finding, space, confirm-default, confirm-best
     reason: str  # why this candidate was tried
-    status: str = "pending"  # ok, crashed, timeout, no-time
+    status: str = "pending"  # ok, crashed, timeout, incomparable (measured another way than the default)
     step_s: float | None = None  # the measure compared: median step time, or wall time less start-up
     measured_by: str = ""  # "step lines" or "wall time less start-up"
     wall_s: float = 0.0
@@ -359,6 +359,7 @@ def search(script: str, script_args=(), *, findings=(), space=None, vary=None, m
     """
     out_dir = pathlib.Path(out)
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    repeats = max(repeats, 1)  # a speed-up rests on two runs of each side at the least
     vary = dict(vary or {})
     dims = list(default_space() if space is None else space) + grid_dimensions({}, vary)
     proposals, notes = proposals_from_findings(findings, script_args=vary)
@@ -403,11 +404,19 @@ class _Loop:
         self.tried.add(self._key(candidate))
         trial = Trial(len(self.trials), candidate, role, reason, profile=profile)
         self.runner.run(trial, self._time_bound())
+        self._check_comparable(trial)
         self.trials.append(trial)
         if role in ("default", "finding", "space") and self._leads(trial):
             self.best = trial
         self.bar.update(len(self.trials), self.best or trial, trial, self.trials[0])
         return trial
+
+    def _check_comparable(self, trial: Trial) -> None:
+        """A trial measured another way than the default (step lines against wall time) cannot be compared."""
+        default = self.trials[0] if self.trials else None
+        if default and default.status == "ok" and trial.status == "ok" and trial.measured_by != default.measured_by:
+            trial.status = "incomparable"
+            trial.detail = f"measured by {trial.measured_by}, the default by {default.measured_by}"
 
     def _leads(self, trial: Trial) -> bool:
         """Better than the best so far by the minimum gain (noise must not pick the winner)."""
@@ -634,8 +643,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--min-gain", type=float, default=0.03, help="a candidate must be this much faster to lead")
     parser.add_argument("--out", default="tune-search", help="directory for profile.json, report.md/.json, trials.png")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
-    parser.add_argument("script")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    parser.add_argument("script", help="the Python script to tune (options of the search go before it)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments, passed to every trial")
 
 
 def parse_grid(items: list) -> dict:
