@@ -141,6 +141,22 @@ def test_a_crash_and_a_timeout_are_recorded_and_the_search_goes_on(tmp_path):
             time.sleep(0.1)
 
 
+def test_a_worker_left_behind_by_a_trial_is_stopped(tmp_path):
+    pid_file = tmp_path / "worker.pid"
+    script = _script(tmp_path, f"""
+    import subprocess
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    open({str(pid_file)!r}, "w").write(str(worker.pid))
+    print("torchtpu-step-seconds: 0.1", file=sys.stderr)
+    """)
+    result = _search(tmp_path, script, space=[])
+    assert [t.status for t in result.trials] == ["ok"]
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(int(pid_file.read_text()), 0)
+            time.sleep(0.1)
+
+
 def test_a_default_that_crashes_stops_the_search_with_a_report(tmp_path):
     result = _search(tmp_path, _script(tmp_path, "raise SystemExit(3)\n"))
     assert [t.status for t in result.trials] == ["crashed"] and result.speedup is None

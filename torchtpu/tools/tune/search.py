@@ -282,17 +282,15 @@ def _run_bounded(command: list, environment: dict, log, timeout_s: float):
     try:
         return process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(process)
         return None
-    except BaseException:  # Ctrl-C in the search: take the trial and its children down too
+    finally:  # also after a normal exit: a worker it left behind must not load the next trial's measure
         _kill_group(process)
-        raise
 
 
 def _kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except ProcessLookupError:  # the group is empty: nothing left to stop
         pass
     process.wait()
 
