@@ -117,7 +117,8 @@ def measure(name, steps, calibration):
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        step().item()
+        step()
+        torch.tpu.synchronize()  # all three programs done, not just the one that makes the loss
         times.append(time.perf_counter() - start)
     v5e = cost.predict_programs(capture.programs, "v5e")
     row = dict(model=name, params=sum(p.numel() for p in model.parameters()), programs=len(capture.programs),
