@@ -178,7 +178,8 @@ def test_bad_arguments_raise_clear_errors():
 def test_the_command_prints_json_findings_of_a_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
-        import torch, torchtpu
+        import sys, torch, torchtpu
+        assert sys.argv[1:] == ["--lr", "0.1"], sys.argv  # the script's own arguments reach it
         model = torch.nn.Linear(100, 300).to("tpu")
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(4):
@@ -188,12 +189,12 @@ def test_the_command_prints_json_findings_of_a_script(tmp_path):
             opt.zero_grad()
             print("loss", loss.item())
     """))
-    result = subprocess.run([sys.executable, "-m", "torchtpu", "tune", "analyze", str(script), "--steps", "3",
-                             "--json"], capture_output=True, text=True, timeout=240)
+    result = subprocess.run([sys.executable, "-m", "torchtpu", "tune", "analyze", "--steps", "3", "--json",
+                             str(script), "--lr", "0.1"], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     findings = json.loads(result.stdout)
     kinds = {(f["kind"], f["line"]) for f in findings if f["file"] == str(script)}
-    assert ("host_sync", 10) in kinds and ("eager_op", 6) in kinds and ("misaligned_dim", 6) in kinds
+    assert ("host_sync", 11) in kinds and ("eager_op", 7) in kinds and ("misaligned_dim", 7) in kinds
     assert "loss" in result.stderr  # the script's own output, out of the JSON's way
     missing = subprocess.run([sys.executable, "-m", "torchtpu", "tune", "analyze", str(tmp_path / "nope.py")],
                              capture_output=True, text=True, timeout=120)

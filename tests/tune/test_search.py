@@ -212,8 +212,8 @@ def test_the_command_passes_what_follows_the_script_to_it(tmp_path):
     assert sys.argv[1:3] == ["--steps", "3"], sys.argv
     print("torchtpu-step-seconds: 0.1", file=sys.stderr)
     """)
-    code = cli.main(["tune", "search", "--quiet", "--no-default-space", "--out", str(tmp_path / "o"), script,
-                     "--steps", "3"])
+    code = cli.main(["tune", "search", "--quiet", "--no-default-space", "--no-analyze", "--out", str(tmp_path / "o"),
+                     script, "--steps", "3"])
     assert code == 0
     assert [t["status"] for t in json.loads((tmp_path / "o" / "report.json").read_text())["trials"]] == ["ok"]
 
@@ -272,6 +272,20 @@ def test_search_removes_a_planted_cost_and_torchtpu_loads_the_profile(tmp_path):
     assert min(result.default_runs) >= 0.2
     settings = config.from_environ({"TORCHTPU_PROFILE": result.profile_path})
     assert modes.mode_from_config(settings) == torch.tpu.EagerMode.DEFER_AND_FUSE
+
+
+def test_the_command_analyzes_the_script_first_and_tries_its_fixes(tmp_path, capsys):
+    """No search space but the diagnosis: the eager ops `tune analyze` finds carry the fused-mode fix,
+    which removes the planted cost."""
+    out = tmp_path / "out"
+    code = cli.main(["tune", "search", "--quiet", "--no-default-space", "--repeats", "1", "--timeout", "120",
+                     "--out", str(out), str(PROGRAMS / "slow_unless_fused.py")])
+    assert code == 0
+    findings = json.loads((out / "findings.json").read_text())
+    assert any(f["kind"] == "eager_op" and f["fix"] == {"defer_and_fuse": True} for f in findings)
+    report = json.loads((out / "report.json").read_text())
+    assert [t["role"] for t in report["trials"]][:2] == ["default", "finding"]
+    assert json.loads((out / "profile.json").read_text())["settings"]["defer_and_fuse"] is True
 
 
 def test_a_trial_measured_another_way_than_the_default_is_not_compared(tmp_path, monkeypatch):

@@ -23,6 +23,8 @@ _MODULES = ("chips", "cost", "diagnose", "plan", "search")
 def __getattr__(name):
     if name == "analyze":  # a function (in diagnose): torchtpu.tune.analyze(step_fn, *inputs, steps=N)
         return importlib.import_module(".diagnose", __name__).analyze
+    if name in ("steps", "report_step"):  # the step protocol a script uses for `tune search`
+        return getattr(importlib.import_module(".search", __name__), name)
     if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'torchtpu.tune' has no attribute {name!r}")

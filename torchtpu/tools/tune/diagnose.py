@@ -672,12 +672,15 @@ def _report(analyzer, target, host_costs, step_seconds) -> Report:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("script", help="the Python program to run (as __main__)")
-    parser.add_argument("script_args", nargs="*", metavar="ARG", help="its arguments (after --)")
+    import argparse
+
+    parser.usage = "%(prog)s [options] script.py [script arguments]"
     parser.add_argument("--steps", type=int, default=None,
                         help="stop after this many optimizer steps (default: run to the end)")
     parser.add_argument("--chip", default=DEFAULT_CHIP, help="the TPU generation to estimate for (v4 ... v7x)")
     parser.add_argument("--json", action="store_true", help="print the findings as a JSON list")
+    parser.add_argument("script", help="the Python program to run as __main__ (options of analyze go before it)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
 
 
 def run(args) -> int:

@@ -275,10 +275,12 @@ def _profile_environment(profile: str, candidate: Candidate) -> dict:
     return environment
 
 
-def _run_bounded(command: list, environment: dict, log, timeout_s: float):
-    """The exit status, or None when the time ran out (then the whole process group is killed)."""
-    process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+def _run_bounded(command: list, environment: dict, log, timeout_s: float, stdout=None):
+    """The exit status, or None when the time ran out (then the whole process group is killed).
+    Output goes to ``log``, or standard output alone to ``stdout`` when given."""
+    process = subprocess.Popen(command, env=environment, stdout=stdout or log,
+                               stderr=log if stdout else subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
     try:
         return process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -635,7 +637,9 @@ def add_arguments(parser) -> None:
                         help="a script argument to try (passed as --NAME=A); the first value is the default's")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=A,B",
                         help="a torchtpu setting to try, by name (max_fused_ops=100,1000)")
-    parser.add_argument("--findings", metavar="JSON", help="findings of `torchtpu tune analyze`, whose fixes go first")
+    parser.add_argument("--findings", metavar="JSON",
+                        help="findings of `torchtpu tune analyze --json` to start from (default: analyze the script first)")
+    parser.add_argument("--no-analyze", action="store_true", help="do not analyze the script before the trials")
     parser.add_argument("--no-default-space", action="store_true",
                         help="try only --setting, --vary and the findings, not the eager modes and fused graph sizes")
     parser.add_argument("--trials", type=int, default=12, help="at most this many trials before the repeats")
@@ -664,7 +668,12 @@ def run(args) -> int:
         dims = ([] if args.no_default_space else default_space()) + grid_dimensions(parse_grid(args.setting), {})
     except ValueError as error:
         raise SystemExit(f"torchtpu tune search: {error}") from None
-    findings = _load_findings(args.findings) if args.findings else []
+    if args.findings:
+        findings = _load_findings(args.findings)
+    elif args.no_analyze:
+        findings = []
+    else:
+        findings = diagnose_in_subprocess(args.script, args.script_args, pathlib.Path(args.out), args.timeout)
     result = search(args.script, args.script_args, findings=findings, space=dims, vary=parse_grid(args.vary),
                     max_trials=args.trials, timeout_s=args.timeout, repeats=args.repeats, min_gain=args.min_gain,
                     out=args.out, progress=not args.quiet)
@@ -672,6 +681,21 @@ def run(args) -> int:
     print(f"profile: {result.profile_path}  (TORCHTPU_PROFILE={result.profile_path})")
     print(f"report: {result.report_path}")
     return 0 if result.default.status == "ok" else 1
+
+
+def diagnose_in_subprocess(script: str, script_args, out_dir: pathlib.Path, timeout_s: float) -> list:
+    """``torchtpu tune analyze --json`` of the script, in a time-bounded subprocess: its findings,
+    or none (with a line on stderr) when it fails, so that the search still runs."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    findings_path, log_path = out_dir / "findings.json", out_dir / "analyze.log"
+    command = [sys.executable, "-m", "torchtpu", "tune", "analyze", "--json", script, *script_args]
+    with open(findings_path, "w") as stdout, open(log_path, "w") as log:
+        status = _run_bounded(command, _child_environment({}), log, timeout_s, stdout=stdout)
+    if status != 0:
+        print(f"torchtpu tune search: analyzing the script {'timed out' if status is None else 'failed'} "
+              f"(see {log_path}); searching without its findings", file=sys.stderr)
+        return []
+    return _load_findings(str(findings_path))
 
 
 def _load_findings(path: str) -> list:
