@@ -22,7 +22,7 @@ FAKE_HOST = {"matmul": {"f32": [[2e6, 1e10], [2e9, 1e11]], "bf16": [[2e6, 5e9], 
              "convolution": [[27, 1e10], [576, 1e11]], "bandwidth": [[1e5, 1e10], [1e8, 2e10]],
              "fresh_seconds_per_byte": 1e-9, "op_seconds": 1e-6, "program_seconds": 5e-6,
              "transcendentals_per_s": 1e9, "elementwise_per_s": 1e10, "gathered_per_s": 1e9,
-             "reduce": [[4, 1e9], [2048, 1e10]]}
+             "reduce": [[4, 1e9], [2048, 1e10]], "transpose_bandwidth": [[1e5, 2e9], [1e8, 4e9]]}
 
 
 @pytest.fixture
@@ -232,6 +232,15 @@ def test_the_command_prints_the_calibration(calibration):
     assert json.loads(out.getvalue()) == FAKE_HOST
     with pytest.raises(ValueError, match="unknown TPU generation"):
         cli.main(["tune", "cost", "--chip", "nope", "--calibration", calibration, "script.py"])
+
+
+def test_a_transpose_moves_at_the_transpose_bandwidth(calibration):
+    host = cost.target("host", calibration)
+    (op,) = cost.program_costs(jax.jit(lambda x: x.T.copy()).lower(jnp.ones((64, 32)))).ops
+    assert op.transposes and op.bytes == 2 * 4 * 64 * 32
+    assert cost.op_seconds(op, host) == pytest.approx(op.bytes / 2e9 + 1e-6)
+    (copy,) = cost.program_costs(jax.jit(lambda x: x * 2).lower(jnp.ones((64, 32)))).ops
+    assert not copy.transposes
 
 
 def test_two_calibrations_merge_into_the_best_of_each():

@@ -51,6 +51,7 @@ class Op:
     transcendentals: float = 0.0
     bytes: float = 0.0  # operands read plus results written
     cold_bytes: float = 0.0  # the part read straight from the program's arguments: not in any cache yet
+    transposes: bool = False  # it changes a layout: strided accesses, slower than streaming
     matmul_dtype: str = "f32"  # the operand dtype of its matrix products
     precision: str = "default"  # an f32 product's operand_precision
     repeats: float = 1.0  # a while loop's trip count
@@ -141,9 +142,21 @@ def _convolution_flops(inst: _Instruction, shapes: dict) -> float:
     return 2.0 * rows * depth * columns
 
 
+def _layout(shape: str) -> str:
+    found = re.search(r"\]\{([\d,]+)", shape)
+    return found.group(1) if found else ""
+
+
+def _changes_layout(inst: _Instruction, shapes: dict) -> bool:
+    if inst.opcode == "transpose":
+        return True
+    return inst.opcode == "copy" and bool(inst.operands) and _layout(shapes.get(inst.operands[0], "")) != _layout(inst.shape)
+
+
 def _add_inner_costs(op: Op, computation: list, shapes: dict) -> None:
     """The work of the instructions inside a fusion (or of a bare instruction, as a one-line computation).
     A copy or transpose outside a fusion is only memory traffic: its bytes say all."""
+    op.transposes = any(_changes_layout(inst, shapes) for inst in computation)
     if len(computation) == 1 and computation[0].opcode in ("copy", "transpose"):
         return
     for inst in computation:
@@ -172,8 +185,11 @@ def _trip_count(inst: _Instruction) -> float:
 
 
 def _called(inst: _Instruction, key: str) -> list[str]:
-    found = re.search(rf"\b{key}=\{{?%?([\w.\-]+(?:,\s*%?[\w.\-]+)*)\}}?", inst.attributes)
-    return [name.strip().lstrip("%") for name in found.group(1).split(",")] if found else []
+    """The computations an instruction names under ``key``: ``calls=%f`` or ``branch_computations={%a, %b}``."""
+    found = re.search(rf"\b{key}=(?:\{{([^}}]*)\}}|%?([\w.\-]+))", inst.attributes)
+    if not found:
+        return []
+    return [name.strip().lstrip("%") for name in (found.group(1) or found.group(2)).split(",") if name.strip()]
 
 
 def output_arrays(text: str) -> list[float]:
@@ -293,6 +309,7 @@ class Target:
     gathered_per_s: float = math.inf
     reduce: list = dataclasses.field(default_factory=list)  # [(elements per result, elements reduced per s)]
     convolution: list = dataclasses.field(default_factory=list)  # [(min(rows, depth), FLOP/s)], f32
+    transpose_bandwidth: list = dataclasses.field(default_factory=list)  # [(bytes moved, bytes/s)]
 
     def matmul_rate(self, op: Op) -> float:
         """A product's FLOP/s: that of a square product as big, or of a thin one as narrow, whichever is less."""
@@ -363,7 +380,8 @@ COPY_BYTES = (64 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20)  # eac
 THIN_ROWS, THIN_SIZES = 8192, (8, 32, 128, 512)
 REDUCE_LENGTHS = (4, 64, 2048)
 CONV_CHANNELS = (3, 16, 64)
-CALIBRATION_VERSION = 7  # part of the cache key: a new version of what is measured measures again
+TRANSPOSE_SIZES = (256, 1024, 2048)
+CALIBRATION_VERSION = 8  # part of the cache key: a new version of what is measured measures again
 FRESH_BYTES = 8 << 20
 FRESH_THRESHOLD = 32 << 20  # measured here: 4 outputs of 8 MiB fault, 2 do not
 
@@ -453,6 +471,19 @@ def _scale_seconds(nbytes: int, donate: bool) -> float:
 def _donated_step(scale, state):
     state[0] = scale(state[0])
     return state[0]
+
+
+def _measure_transposes(launch: float) -> list:
+    """Square f32 transposes: [(bytes moved, bytes/s)]."""
+    import jax
+    import jax.numpy as jnp
+
+    transpose = jax.jit(lambda x: x.T.copy())
+    curve = []
+    for n in TRANSPOSE_SIZES:
+        nbytes = 2.0 * 4 * n * n
+        curve.append((nbytes, nbytes / _less_launch(_best_seconds(transpose, jnp.ones((n, n), jnp.float32)), launch)))
+    return curve
 
 
 def _measure_bandwidth(launch: float) -> list:
@@ -547,7 +578,8 @@ def measure_host() -> dict:
     launch, per_op = _measure_overheads()
     return {**_measure_vector(launch),"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
             "skinny_matmul": {dtype: _measure_skinny_matmul(dtype, launch) for dtype in MATMUL_SIZES},
-            "convolution": _measure_convolution(launch), "bandwidth": _measure_bandwidth(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
+            "convolution": _measure_convolution(launch), "bandwidth": _measure_bandwidth(launch),
+            "transpose_bandwidth": _measure_transposes(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
             "program_seconds": launch, "op_seconds": per_op}
 
 
@@ -584,7 +616,7 @@ def host_target(figures: dict) -> Target:
                   figures["op_seconds"], figures["program_seconds"], max(rate for _, rate in matmul["f32"]),
                   figures["fresh_seconds_per_byte"], FRESH_THRESHOLD, curves("skinny_matmul"),
                   figures["elementwise_per_s"], figures["gathered_per_s"], [tuple(p) for p in figures["reduce"]],
-                  [tuple(p) for p in figures["convolution"]])
+                  [tuple(p) for p in figures["convolution"]], [tuple(p) for p in figures["transpose_bandwidth"]])
 
 
 # ---- the prediction ----------------------------------------------------------------------------------------
@@ -608,6 +640,8 @@ def _compute_seconds(op: Op, machine: Target) -> float:
 def _memory_seconds(op: Op, machine: Target) -> float:
     """Bytes just written by earlier ops move at the bandwidth of their size (caches help small ones);
     the program's arguments come from memory, at the bandwidth of the largest arrays."""
+    if op.transposes and machine.transpose_bandwidth:
+        return op.bytes / _interpolate(machine.transpose_bandwidth, op.bytes)
     warm = op.bytes - op.cold_bytes
     seconds = op.cold_bytes / machine.bandwidth_at(math.inf) if op.cold_bytes else 0.0
     return seconds + (warm / machine.bandwidth_at(warm) if warm else 0.0)
@@ -797,6 +831,7 @@ def _describe_host(figures: dict) -> str:
     lines.append("3x3 convolution f32: " + ", ".join(f"{depth / 9:.0f} channels {r / 1e9:.0f} GFLOP/s"
                                                       for depth, r in figures["convolution"]))
     lines.append("bandwidth: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["bandwidth"]))
+    lines.append("transposes: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["transpose_bandwidth"]))
     lines.append(f"new memory {figures['fresh_seconds_per_byte'] * 2**30 * 1e3:.0f} ms/GiB; "
                  f"program launch {figures['program_seconds'] * 1e6:.1f} us, per op {figures['op_seconds'] * 1e6:.2f} us, "
                  f"vector ops {figures['elementwise_per_s'] / 1e9:.2f} G/s, "
