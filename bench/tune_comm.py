@@ -50,36 +50,30 @@ def is_fit_point(row: dict, fit_sizes, collective: str | None = None) -> bool:
     return row["n"] == 2 and row["bytes"] in fit_sizes and row["collective"] == (collective or row["collective"])
 
 
-def host_chip(fits: dict, cores: int) -> chips.Chip:
-    """The host pseudo-chip: all_reduce's alpha and beta, the other collectives' own."""
-    ar = fits["all_reduce"]
-    others = [(c, f.call_latency, f.ici_bandwidth) for c, f in fits.items() if c != "all_reduce"]
-    return chips.calibrated_host(ar.call_latency, ar.ici_bandwidth, cores, others)
-
-
 def predict(rows: list[dict], fit_sizes, cores: int) -> tuple[list[dict], dict]:
-    """Each row with two predictions: "host", the host pseudo-chip (each collective its own alpha and
-    beta), and "one", all_reduce's alpha and beta for every collective."""
+    """Each row with two predictions: "host", the host pseudo-chip (all_reduce's alpha and beta for every
+    collective), and "own", the alpha and beta fitted to the row's own collective."""
     fits = {c: fit([r for r in rows if is_fit_point(r, fit_sizes, c)], cores) for c in collectives.COLLECTIVES}
-    host = host_chip(fits, cores)
     for r in rows:
-        r["fit_host"] = is_fit_point(r, fit_sizes)
-        r["fit_one"] = is_fit_point(r, fit_sizes, "all_reduce")
-        r["host"] = plan_comm.flat_time(r["collective"], r["bytes"], r["n"], host)
-        r["one"] = plan_comm.flat_time(r["collective"], r["bytes"], r["n"], fits["all_reduce"])
+        r["fit_host"] = is_fit_point(r, fit_sizes, "all_reduce")
+        r["fit_own"] = is_fit_point(r, fit_sizes)
+        r["host"] = plan_comm.flat_time(r["collective"], r["bytes"], r["n"], fits["all_reduce"])
+        r["own"] = plan_comm.flat_time(r["collective"], r["bytes"], r["n"], fits[r["collective"]])
     return rows, fits
 
 
-def measure(nprocs: int, sizes, repeats: int, runs: int) -> list[dict]:
-    """bench/collectives.py's rows, each the fastest of ``runs`` runs' medians: on a shared machine the
-    other jobs only ever add time."""
+def measure(procs: list[int], sizes, repeats: int, runs: int) -> list[dict]:
+    """bench/collectives.py's rows, each the fastest of ``runs`` runs' medians.  The process counts take
+    turns run by run, so that load from other jobs on this shared machine falls on both alike; that load
+    only ever adds time, hence the fastest."""
     best = {}
     for _ in range(runs):
-        for row in collectives.run(nprocs, sizes, repeats, timeout=1800):
-            key = (row["collective"], row["bytes"])
-            if key not in best or row["tpu"] < best[key]["tpu"]:
-                best[key] = row
-    return list(best.values())
+        for nprocs in procs:
+            for row in collectives.run(nprocs, sizes, repeats, timeout=1800):
+                key = (row["collective"], row["bytes"], row["n"])
+                if key not in best or row["tpu"] < best[key]["tpu"]:
+                    best[key] = row
+    return sorted(best.values(), key=lambda r: (r["n"], collectives.COLLECTIVES.index(r["collective"]), r["bytes"]))
 
 
 def _error(predicted: float, measured: float) -> float:
@@ -92,11 +86,11 @@ def _cell(row: dict, key: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| processes | collective | size | measured (ms) | host model (ms) | error | all_reduce's alpha-beta "
-             "for all (ms) | error |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| processes | collective | size | measured (ms) | host model (ms) | error | own collective's fit (ms) "
+             "| error |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['n']} | {r['collective']} | {collectives._size(r['bytes'])} | {r['tpu'] * 1e3:.2f} | "
-                     f"{_cell(r, 'host')} | {_cell(r, 'one')} |")
+                     f"{_cell(r, 'host')} | {_cell(r, 'own')} |")
     return "\n".join(lines)
 
 
@@ -116,9 +110,23 @@ def accuracy(rows: list[dict], key: str) -> str:
             f"({len(large_inside)} of {len(large)} at 4 MB and above)")
 
 
+def process_scaling(rows: list[dict]) -> str:
+    """From 2 to 4 processes at the bandwidth-bound sizes: the ring factor the TPU predictions rest on."""
+    by_key = {(r["collective"], r["bytes"], r["n"]): r for r in rows}
+    lines = ["| collective | size | measured 4 / 2 processes | model 4 / 2 processes | error |", "|---|---|---|---|---|"]
+    for (collective, nbytes, n), four in by_key.items():
+        two = by_key.get((collective, nbytes, 2))
+        if n != 4 or two is None or nbytes < 4 << 20:
+            continue
+        measured, model = four["tpu"] / two["tpu"], four["host"] / two["host"]
+        lines.append(f"| {collective} | {collectives._size(nbytes)} | {measured:.2f} | {model:.2f} | "
+                     f"{_error(model, measured):+.0%} |")
+    return "\n".join(lines)
+
+
 def summary(rows: list[dict]) -> str:
-    return (f"Host model (each collective its own alpha and beta): {accuracy(rows, 'host')}. "
-            f"all_reduce's alpha and beta for every collective: {accuracy(rows, 'one')}.")
+    return (f"Host model (all_reduce's alpha and beta for every collective): {accuracy(rows, 'host')}. "
+            f"Each collective's own alpha and beta: {accuracy(rows, 'own')}.")
 
 
 def main() -> None:
@@ -132,11 +140,11 @@ def main() -> None:
     if args.quick:
         args.repeats, args.procs, args.runs = 3, "2", 1
     started, cores = time.time(), len(os.sched_getaffinity(0))
-    rows = []
-    for nprocs in map(int, args.procs.split(",")):
-        rows += measure(nprocs, sizes, args.repeats, args.runs)
+    load_before = os.getloadavg()[0]
+    rows = measure([int(n) for n in args.procs.split(",")], sizes, args.repeats, args.runs)
+    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     rows, fits = predict(rows, fit_sizes, cores)
-    text = "\n\n".join([fits_table(fits), table(rows), summary(rows)])
+    text = "\n\n".join([fits_table(fits), table(rows), summary(rows), process_scaling(rows), load])
     print(text)
     if args.quick:
         return
@@ -144,19 +152,23 @@ def main() -> None:
     import torch
 
     results.write_section("tune_comm.py", "\n\n".join([
-        "## The planner's communication model against measured collectives (`torchtpu tune plan`)", "",
+        "## The planner's communication model against measured collectives (`torchtpu tune plan`)",
         "The alpha-beta ring model of `torchtpu/tools/tune/plan_comm.py` on the \"host\" pseudo-chip (one process "
-        "per chip, the tpu c10d backend, JAX's gloo transport). Each collective gets an alpha (latency per "
-        "call) and a beta (bandwidth per process), fitted by least squares on the relative error to its "
-        "2-process calls at 4 KB, 256 KB and 64 MB (marked \"fit\"); every other value is a prediction: 4 MB "
-        f"and 16 MB, and 4 processes at every size (on this machine's {cores} cores, where the model stretches "
-        "the latency by processes / cores). The last columns use all_reduce's alpha and beta for all three. "
+        "per chip, the tpu c10d backend, JAX's gloo transport): one alpha (latency per call) and one beta "
+        "(bandwidth per process), fitted by least squares on the relative error to the 2-process all_reduce "
+        "calls at 4 KB, 256 KB and 64 MB (marked \"fit\"). Every other value is a prediction: the other "
+        f"collectives, 4 MB and 16 MB, and 4 processes at every size (on this machine's {cores} cores, where "
+        "the model stretches the latency by processes / cores). The last columns fit each "
+        "collective to its own 2-process calls instead. "
         f"Each row is the fastest of {args.runs} runs' medians. docs/tune-plan.md discusses the result.",
         fits_table(fits), table(rows), summary(rows),
+        "From 2 to 4 processes at 4 MB and above: the model's ratio is the ring's bytes moved, (n-1)/n "
+        "(2(n-1)/n for all_reduce):", process_scaling(rows),
         results.how_measured("python bench/tune_comm.py", started, "XLA CPU, one process per device",
                              f"torch {torch.__version__}, jax {jax.__version__}",
                              [f"{args.repeats} repeats per size (median, rank 0), measured by "
-                              f"bench/collectives.py's worker; the fastest of {args.runs} such runs", "The machine was shared with other jobs: "
+                              f"bench/collectives.py's worker; the fastest of {args.runs} such runs, 2 and 4 processes "
+                              f"taking turns", f"Machine load (1-minute): {load}", "The machine was shared with other jobs: "
                               "latency-bound rows (below ~1 MB) swing by several milliseconds run to run"]),
     ]))
 

@@ -56,9 +56,11 @@ def test_ring_formulas():
     assert plan_comm.bytes_moved("all_gather", 4, 100.0) == 75.0  # (n-1)/n S
     assert plan_comm.bytes_moved("reduce_scatter", 4, 100.0) == 75.0
     assert plan_comm.bytes_moved("all_to_all", 1, 100.0) == 0.0
-    host = chips.calibrated_host(latency=1e-3, bandwidth=1e9)  # latency per call, none per ring step
+    host = chips.calibrated_host(latency=1e-3, bandwidth=1e9, cores=4)  # latency per call, none per ring step
     assert plan_comm.flat_time("all_reduce", 1e9, 4, host) == pytest.approx(1e-3 + 1.5)  # alpha + 2(n-1)/n S/B
     assert plan_comm.flat_time("all_gather", 1e9, 4, host) == pytest.approx(1e-3 + 0.75)
+    crowded = chips.calibrated_host(latency=1e-3, bandwidth=1e9, cores=2)  # 4 processes queue on 2 cores
+    assert plan_comm.flat_time("all_gather", 1e9, 4, crowded) == pytest.approx(2e-3 + 0.75)
     v5p = chips.chip("v5p")  # a TPU: latency per ring step, a ring over 8 chips along one of 3 torus dimensions
     expected = 7 * v5p.ici_latency + 7 / 8 * 1e9 / (v5p.ici_bandwidth / 3)
     assert plan_comm.ici_time("all_gather", 1e9, (8,), v5p) == pytest.approx(expected)

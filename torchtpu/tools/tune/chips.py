@@ -16,10 +16,9 @@ Interconnect conventions (the planner's communication model relies on them):
 - ``call_latency``: a fixed cost per collective, whatever its size and group.  Negligible on a TPU (the
   collective is part of the step's program); on the host it is the dominant latency (c10d's Python entry,
   a program launch, gloo's rendezvous), so the host is calibrated with it and no per-step latency.  With
-  more processes than ``host_cores`` that fixed CPU work queues: it grows by processes / cores.  XLA:CPU
-  runs each collective with a different gloo algorithm (reduce-scatter copies its input to a temporary
-  and runs recursive halving-doubling with the reduction on the CPU), so the host carries one latency and
-  bandwidth per collective (``per_collective``).
+  more processes than ``host_cores`` that fixed CPU work queues: it grows by processes / cores.  (The
+  transfer itself is not stretched: measured 4-process over 2-process times at 16-64 MB ranged 1.0-2.7
+  across runs, around the ring's 1.5, not the 3.0 that sharing two cores among four would give.)
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ class Chip:
     dcn_latency: float = 20e-6  # seconds per ring step over DCN (assumed, see above)
     call_latency: float = 0.0  # seconds per collective call (the host's dominant latency)
     host_cores: int = 0  # the host only: cores its processes share; more processes stretch call_latency
-    per_collective: tuple = ()  # the host only: (kind, call_latency, bandwidth) where a collective differs
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -92,29 +90,18 @@ CHIPS: dict[str, Chip] = {
 }
 
 # The machine at hand, one process per "chip": its collectives go through the tpu c10d backend over JAX's
-# gloo transport.  The link figures are placeholders until ``calibrated_host`` fits them to a measurement.
-# Link figures: 2 processes on this 2-core machine, fitted by bench/tune_comm.py (docs/benchmarks.md has the
+# gloo transport.  Link figures: all_reduce over 2 processes on this 2-core machine, fitted by bench/tune_comm.py on
+# 2026-12-07 (0.3-0.9 GB/s and 0.5-6 ms across runs on the shared machine; docs/benchmarks.md has the
 # latest); compute and memory figures are placeholders (the planner's host runs are about communication).
-HOST = Chip("host", 1e11, 1e11, 0.0, 8 * _GIB, 10 * _GB, 0.4 * _GB, "switch", 0.4 * _GB, 64, 8,
+HOST = Chip("host", 1e11, 1e11, 0.0, 8 * _GIB, 10 * _GB, 0.81 * _GB, "switch", 0.81 * _GB, 64, 8,
             "measured: bench/tune_comm.py (docs/benchmarks.md)", chips_per_host=64, ici_latency=0.0,
-            dcn_latency=0.0, call_latency=5e-3, host_cores=2,
-            per_collective=(("all_gather", 0.6e-3, 0.4 * _GB), ("reduce_scatter", 0.7e-3, 0.13 * _GB)))
+            dcn_latency=0.0, call_latency=0.55e-3, host_cores=2)
 
 
-def calibrated_host(latency: float, bandwidth: float, cores: int = 0, per_collective: tuple = (),
-                    base: Chip = HOST) -> Chip:
-    """The host pseudo-chip with a measured latency per call (s) and bandwidth per process (bytes/s), and
-    optionally (kind, latency, bandwidth) for collectives that differ."""
+def calibrated_host(latency: float, bandwidth: float, cores: int = 0, base: Chip = HOST) -> Chip:
+    """The host pseudo-chip with a measured latency per call (s) and bandwidth per process (bytes/s)."""
     return replace(base, call_latency=latency, ici_latency=0.0, dcn_latency=0.0, ici_bandwidth=bandwidth,
-                   dcn_bandwidth=bandwidth, host_cores=cores, per_collective=tuple(per_collective))
-
-
-def link(chip: Chip, kind: str) -> tuple[float, float]:
-    """(latency per call, ICI bandwidth) of collective ``kind`` on ``chip``."""
-    for name, latency, bandwidth in chip.per_collective:
-        if name == kind:
-            return latency, bandwidth
-    return chip.call_latency, chip.ici_bandwidth
+                   dcn_bandwidth=bandwidth, host_cores=cores)
 
 
 def chip(name: str) -> Chip:

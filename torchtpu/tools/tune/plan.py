@@ -99,7 +99,9 @@ def breakdown(best) -> str:
 def rejected_summary(result) -> str:
     lines = [f"rejected {sum(result.rejected.values())} of {result.evaluated} plans:"]
     for kind, count in result.rejected.most_common():
-        lines.append(f"  {count:>6}  {result.examples[kind].rejected}  (e.g. {result.examples[kind].layout.describe()})")
+        example = result.examples[kind].layout
+        lines.append(f"  {count:>6}  {result.examples[kind].rejected}  (e.g. {example.describe()}, micro-batch "
+                     f"{example.micro_batch}, AC {example.ac})")
     return "\n".join(lines)
 
 

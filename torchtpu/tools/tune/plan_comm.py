@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import math
 
-from .chips import Chip, link
+from .chips import Chip
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -98,7 +98,7 @@ def ici_time(kind: str, nbytes: float, extents: tuple[int, ...], chip: Chip) -> 
         return 0.0
     if kind == "all_to_all":
         extents = tuple(e for e in torus_shape(n, chip.torus_dims) if e > 1)
-    bandwidth = link(chip, kind)[1] * len(extents) / max(chip.torus_dims, 1)
+    bandwidth = chip.ici_bandwidth * len(extents) / max(chip.torus_dims, 1)
     moved = bytes_moved(kind, n, nbytes)
     if kind == "all_to_all" and chip.ici_topology != "switch":
         moved *= max(1.0, max(extents) / 4)  # bisection: a torus ring carries messages n/4 hops on average
@@ -112,17 +112,17 @@ def dcn_time(kind: str, nbytes: float, slices: int, chip: Chip) -> float:
     return ring_steps(kind, slices) * chip.dcn_latency + bytes_moved(kind, slices, nbytes) / chip.dcn_bandwidth
 
 
-def call_latency(kind: str, n: int, chip: Chip) -> float:
-    """The fixed cost of one call; on the host, processes beyond its cores wait for one."""
+def call_latency(n: int, chip: Chip) -> float:
+    """The fixed cost of one call; on the host, processes beyond its cores queue for one to run it."""
     if n <= 1:
         return 0.0
-    return link(chip, kind)[0] * (max(1.0, n / chip.host_cores) if chip.host_cores else 1.0)
+    return chip.call_latency * (max(1.0, n / chip.host_cores) if chip.host_cores else 1.0)
 
 
 def collective_time(kind: str, nbytes: float, where: Span, chip: Chip) -> tuple[float, float]:
     """(ICI seconds, DCN seconds) of one collective.  A group spanning slices runs hierarchically: the ICI
     part on the whole buffer, then the DCN part on the 1/ici_size share each chip holds after it."""
-    ici = ici_time(kind, nbytes, where.ici_extents, chip) + call_latency(kind, where.ici_size * where.dcn_size, chip)
+    ici = ici_time(kind, nbytes, where.ici_extents, chip) + call_latency(where.ici_size * where.dcn_size, chip)
     dcn_share = nbytes / where.ici_size if kind in ("all_reduce", "reduce_scatter", "all_gather") else nbytes
     return ici, dcn_time(kind, dcn_share, where.dcn_size, chip)
 
