@@ -84,7 +84,8 @@ CHIPS: dict[str, Chip] = {
                 100 * _GBIT, 256, 256, "https://cloud.google.com/tpu/docs/v6e", chips_per_host=8),
     # tpu7x page, "System architecture": 2307 TFLOPs bf16, 4614 TFLOPs fp8, HBM 192 GiB at 7380 GBps,
     # bidirectional ICI 1200 GBps, DCN 100 Gbps per chip, 9216 chips per pod, 4 chips per VM.  The page
-    # lists no int8 rate (fp8 given instead) and calls the generation v5p-like: a 3D torus.
+    # lists no int8 rate (fp8 given instead) and calls the generation v5p-like; its slices are AxBxC
+    # topologies of 4x4x4 cubes (the tpu7x machine types in Google's xpk tool): a 3D torus.
     "v7x": Chip("v7x", 2307 * _T, 4614 * _T, 4614 * _T, 192 * _GIB, 7380 * _GB, 1200 * _GB / 2, "3d-torus",
                 100 * _GBIT, 9216, 256, "https://cloud.google.com/tpu/docs/tpu7x", chips_per_host=4),
 }

@@ -64,6 +64,8 @@ def plan(model, chips: str, batch: int = 0, seq: int = 4096, slice_chips: int = 
     ("v7x:8192"); returns a ``plan_search.SearchResult`` (``.ranked``, ``.best``, ``.rejected``)."""
     from . import plan_cost, plan_model, plan_search
 
+    if seq < 1 or batch < 0:
+        raise PlanError(f"--seq must be positive and --batch not negative (got seq {seq}, batch {batch})")
     spec = model if isinstance(model, plan_model.ModelSpec) else plan_model.load(model)
     chip, count = parse_chips(chips)
     work = plan_cost.Workload(spec, chip, count, batch or count, seq, slice_chips, memory_reserve,
@@ -165,31 +167,14 @@ def to_json(result, top: int, rows, launch) -> dict:
             "launch": launch, "scaling": rows}
 
 
-def run(args) -> int:
-    from . import plan_launch, plan_model, plan_search
+def print_report(result, launch, rows, plot, top: int) -> None:
+    from . import plan_launch
 
-    try:
-        result = plan(args.model, args.chips, args.batch, args.seq, args.slice_chips, args.ac,
-                              args.max_tp, args.max_cp, args.max_pp, args.memory_reserve, args.matmul_efficiency)
-    except (PlanError, plan_model.ModelConfigError, ValueError) as error:
-        print(f"torchtpu tune plan: error: {error}", file=sys.stderr)
-        return 2
     work, best = result.work, result.best
-    launch = plan_launch.settings(work, best.layout) if best else None
-    rows = [] if args.no_scaling else plan_search.scaling_curve(work, result.limits)
-    plot = None
-    if rows and args.plot:
-        plot = write_plot(rows, args.plot, f"{work.model.name} on {work.chip.name}, "
-                                           f"{work.global_batch // work.chips or 1} seq/chip x {work.seq}")
-    if args.json:
-        document = to_json(result, args.top, rows, launch)
-        document["plot"] = plot
-        print(json.dumps(document, indent=1, default=str))
-        return 0 if best else 1
     print(f"{work.model.name}: {work.model.params() / 1e9:.2f} B parameters, {work.model.active_params() / 1e9:.2f} B "
           f"active; {work.chips} x {work.chip.name} ({work.slice_size} per ICI slice), global batch "
           f"{work.global_batch} x {work.seq} tokens")
-    print(plans_table(result.ranked, args.top) if best else "no plan fits")
+    print(plans_table(result.ranked, top) if best else "no plan fits")
     if result.rejected:
         print(rejected_summary(result))
     if best:
@@ -199,4 +184,27 @@ def run(args) -> int:
     if rows:
         print("\nscaling (batch per chip held):\n" + scaling_table(rows))
         print(f"plot: {plot}")
+
+
+def run(args) -> int:
+    from . import plan_launch, plan_model, plan_search
+
+    try:
+        result = plan(args.model, args.chips, args.batch, args.seq, args.slice_chips, args.ac, args.max_tp,
+                      args.max_cp, args.max_pp, args.memory_reserve, args.matmul_efficiency)
+    except (PlanError, plan_model.ModelConfigError, ValueError) as error:
+        print(f"torchtpu tune plan: error: {error}", file=sys.stderr)
+        return 2
+    work, best = result.work, result.best
+    launch = plan_launch.settings(work, best.layout) if best else None
+    rows = [] if args.no_scaling else plan_search.scaling_curve(work, result.limits)
+    plot = None
+    if rows and args.plot:
+        plot = write_plot(rows, args.plot, f"{work.model.name} on {work.chip.name}, "
+                                           f"{work.global_batch / work.chips:g} seq/chip x {work.seq}")
+    if args.json:
+        document = dict(to_json(result, args.top, rows, launch), plot=plot)
+        print(json.dumps(document, indent=1, default=str))
+    else:
+        print_report(result, launch, rows, plot, args.top)
     return 0 if best else 1

@@ -44,7 +44,7 @@ def layouts(work: Workload, limits: Limits = Limits()):
                 for dp in _capped(data, max_dp):
                     fsdp = data // dp
                     shard_ways = fsdp * cp * tp
-                    eps = [e for e in divisors(math.gcd(model.experts, shard_ways))] if model.is_moe else [1]
+                    eps = divisors(math.gcd(model.experts, shard_ways)) if model.is_moe else [1]
                     micros = [mb for mb in divisors(local) if mb <= limits.max_micro_batch
                               and (pp == 1 or local // mb >= pp)]  # a pipeline needs a micro-batch per stage
                     for ep in eps:
