@@ -195,3 +195,26 @@ def test_every_chip_cites_its_page():
     for entry in chips.CHIPS.values():
         assert entry.source.startswith("https://cloud.google.com/tpu/docs/")
         assert dataclasses.asdict(entry)["ici_bandwidth"] > 0
+
+
+def test_data_parallelism_across_slices_goes_over_dcn():
+    work = plan_cost.Workload(plan_model.load("llama3-8b"), chips.chip("v5e"), 512, 512, 2048, slice_chips=256)
+    estimate = plan_cost.estimate(work, plan_cost.Layout(dp=2, fsdp=256, ac="full"))
+    assert estimate.fits, estimate.rejected
+    by_axis = {c.axis: c for c in estimate.collectives}
+    assert by_axis["dp"].dcn_s > 0 and by_axis["fsdp"].dcn_s == 0  # fsdp stays inside a slice
+    assert "across slices" in plan_cost.estimate(work, plan_cost.Layout(cp=16, tp=32)).rejected
+
+
+def test_pipeline_bubble_follows_1f1b():
+    work = plan_cost.Workload(TINY, chips.chip("v5e"), 4, 16, 256)
+    estimate = plan_cost.estimate(work, plan_cost.Layout(fsdp=2, pp=2, micro_batch=2))  # 8 / 2 = 4 micro-batches
+    assert estimate.fits
+    busy = estimate.compute_s + estimate.exposed_comm_s
+    assert estimate.bubble_s == pytest.approx(busy * (2 - 1) / 4)
+    assert any(c.axis == "pp" for c in estimate.collectives)
+
+
+def test_the_host_pseudo_chip_plans_too():
+    result = plan.plan("tiny", "host:2", batch=2, seq=128)
+    assert result.best is not None and result.work.chip.name == "host"
