@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 
 
@@ -146,21 +145,19 @@ def from_hf_config(config: dict, name: str = "model") -> ModelSpec:
         tied_embeddings=bool(config.get("tie_word_embeddings", False)))
 
 
-def _hf_cache_dirs() -> list[pathlib.Path]:
-    if os.environ.get("HF_HUB_CACHE"):
-        return [pathlib.Path(os.environ["HF_HUB_CACHE"])]
-    home = pathlib.Path(os.environ.get("HF_HOME", pathlib.Path.home() / ".cache" / "huggingface"))
-    return [home / "hub"]
-
-
 def _cached_hf_config(model_id: str) -> pathlib.Path | None:
-    """config.json of ``model_id`` in the local Hugging Face cache; never the network."""
-    folder = "models--" + model_id.replace("/", "--")
-    for cache in _hf_cache_dirs():
-        configs = sorted((cache / folder / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime)
-        if configs:
-            return configs[-1]
-    return None
+    """config.json of ``model_id`` in the local Hugging Face cache (huggingface_hub's lookup,
+    which honours HF_HOME and HF_HUB_CACHE); never the network."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
+    except ImportError:  # the hub client comes with transformers; without it there is no cache to read
+        return None
+    try:
+        found = try_to_load_from_cache(model_id, "config.json")
+    except HFValidationError:  # not a repository id at all
+        return None
+    return pathlib.Path(found) if isinstance(found, str) else None
 
 
 def load(model: str) -> ModelSpec:
