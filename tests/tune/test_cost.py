@@ -127,10 +127,10 @@ def test_vector_work_gathers_and_reductions_add_up(calibration):
     assert [length for op in counted.ops for _, length in op.reductions] == [8]
 
 
-def test_new_memory_is_paid_for_once_a_run_allocates_enough():
-    program = cost.Program("p", 0, 0, 0, {"temp": 16 << 20, "alias": 8 << 20}, [], [8 << 20, 16 << 20])
-    assert program.fresh_bytes(32 << 20) == (16 << 20) + (16 << 20)  # the donated 8 MiB is not new
-    assert program.fresh_bytes(33 << 20) == 0
+def test_big_new_buffers_pay_for_their_pages():
+    program = cost.Program("p", 0, 0, 0, {"temp": 64 << 20, "alias": 0}, [], [8 << 20, 40 << 20])
+    assert program.fresh_bytes(32 << 20) == (64 << 20) + (40 << 20)  # the 8 MiB output is recycled
+    assert program.fresh_bytes(1 << 40) == 0
 
 
 def _tiny_step():

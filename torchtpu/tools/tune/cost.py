@@ -252,10 +252,11 @@ class Program:
     output_arrays: list = dataclasses.field(default_factory=list)  # bytes of each array the program returns
 
     def fresh_bytes(self, threshold: float) -> float:
-        """Bytes a run allocates anew, when they come to ``threshold`` or more (below it the allocator
-        reuses memory it kept): its outputs, less those aliasing donated inputs, and its scratch space."""
-        fresh = max(0.0, sum(self.output_arrays) - self.memory.get("alias", 0)) + self.memory.get("temp", 0)
-        return fresh if fresh >= threshold else 0.0
+        """Bytes of the buffers of ``threshold`` or more that a run allocates: its outputs (less those
+        aliasing donated inputs) and its scratch space, which XLA allocates as one buffer."""
+        outputs = max(0.0, sum(b for b in self.output_arrays if b >= threshold) - self.memory.get("alias", 0))
+        temp = self.memory.get("temp", 0)
+        return outputs + (temp if temp >= threshold else 0.0)
 
     @property
     def matmul_flops(self) -> float:
@@ -381,9 +382,9 @@ THIN_ROWS, THIN_SIZES = 8192, (8, 32, 128, 512)
 REDUCE_LENGTHS = (4, 64, 2048)
 CONV_CHANNELS = (3, 16, 64)
 TRANSPOSE_SIZES = (256, 1024, 2048)
-CALIBRATION_VERSION = 8  # part of the cache key: a new version of what is measured measures again
-FRESH_BYTES = 8 << 20
-FRESH_THRESHOLD = 32 << 20  # measured here: 4 outputs of 8 MiB fault, 2 do not
+CALIBRATION_VERSION = 9  # part of the cache key: a new version of what is measured measures again
+FRESH_BYTES = 64 << 20
+FRESH_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
 
 
 def _best_seconds(fn, *args, budget: float = 0.15) -> float:
@@ -492,16 +493,11 @@ def _measure_bandwidth(launch: float) -> list:
 
 
 def _measure_fresh_memory(launch: float) -> float:
-    """Seconds per byte that writing to newly mapped memory adds (page faults).  A run that allocates
-    32 MiB or more pays them on all of it, every run (glibc gives such memory back and maps it again);
-    one output of 8 MiB does not.  Measured as eight such outputs against eight times one."""
-    import jax
-    import jax.numpy as jnp
-
-    x = jnp.ones(FRESH_BYTES // 4, jnp.float32)
-    one = _best_seconds(jax.jit(lambda x: x * 2.0), x)
-    eight = _best_seconds(jax.jit(lambda x: jnp.stack([x * (i + 2.0) for i in range(8)])), x)
-    return max(0.0, eight - 8 * _less_launch(one, launch) - launch) / (8 * FRESH_BYTES)
+    """Seconds per byte that writing to newly mapped memory adds (page faults): glibc maps an allocation
+    of 32 MiB or more afresh each time (its largest mmap threshold).  Smaller buffers it recycles, at least
+    in the steady state of a training step (a lone program allocating several of them may fault too)."""
+    fresh, reused = _scale_seconds(FRESH_BYTES, donate=False), _scale_seconds(FRESH_BYTES, donate=True)
+    return max(0.0, fresh - reused) / FRESH_BYTES
 
 
 def _less_launch(seconds: float, launch: float) -> float:
