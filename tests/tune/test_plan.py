@@ -160,7 +160,10 @@ def test_hf_config_from_the_local_cache(tmp_path, monkeypatch):
         "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
         "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2,
         "vocab_size": 1000}))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    (tmp_path / "models--acme--moe-mini" / "refs").mkdir()
+    (tmp_path / "models--acme--moe-mini" / "refs" / "main").write_text("abc123")  # as the hub client leaves it
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
     spec = plan_model.load("acme/moe-mini")
     assert (spec.experts, spec.active_experts, spec.moe_intermediate, spec.head_dim) == (8, 2, 32, 16)
     with pytest.raises(plan_model.ModelConfigError, match="never downloads"):
