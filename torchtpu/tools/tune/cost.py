@@ -1,16 +1,17 @@
 """``torchtpu tune cost``: predict a compiled step's time and MFU on a TPU generation.
 
 The model is a roofline per operation of the optimized XLA program: each
-top-level op (a fusion, a dot, a copy, ...) takes the longer of its matrix
-work at the matrix-unit peak for its operand dtype and its bytes at the memory
-bandwidth, plus a fixed cost per op and per program.  The figures come from
-the compiled program itself (``compiled.as_text()``, checked against
-``compiled.cost_analysis()``).  A TPU target takes its peaks from
-``chips.py``; the "host" target is this machine, measured once
-(``calibrate``) and kept in ``~/.cache/torchtpu/calibration.json``, so that
-the model can be checked against measured XLA:CPU steps.
+top-level op (a fusion, a dot, a copy, ...) takes the longer of its work
+(matrix products at the rate for their dtype and shape, vector work,
+gathers, reductions, transcendentals) and its memory traffic, plus a fixed
+cost per op and per program.  The figures come from the compiled program
+itself (``compiled.as_text()``, checked against ``compiled.cost_analysis()``).
+A TPU target takes its peaks from ``chips.py``; the "host" target is this
+machine, measured once (``calibrate``) and kept in
+``~/.cache/torchtpu/calibration.json``, so that the model can be checked
+against measured XLA:CPU steps (``bench/tune_cost.py``, docs/tune-cost.md).
 
-    from torchtpu.tune import cost
+    from torchtpu.tools.tune import cost   # or torchtpu.tune.cost
     result = cost.predict(step_fn, *inputs, chip="v5e")   # runs step_fn a few times under the observer
     print(result.summary())
 """
@@ -150,7 +151,9 @@ def _layout(shape: str) -> str:
 def _changes_layout(inst: _Instruction, shapes: dict) -> bool:
     if inst.opcode == "transpose":
         return True
-    return inst.opcode == "copy" and bool(inst.operands) and _layout(shapes.get(inst.operands[0], "")) != _layout(inst.shape)
+    if inst.opcode != "copy" or not inst.operands:
+        return False
+    return _layout(shapes.get(inst.operands[0], "")) != _layout(inst.shape)
 
 
 def _add_inner_costs(op: Op, computation: list, shapes: dict) -> None:
@@ -492,7 +495,7 @@ def _measure_bandwidth(launch: float) -> list:
             for nbytes in COPY_BYTES]
 
 
-def _measure_fresh_memory(launch: float) -> float:
+def _measure_fresh_memory() -> float:
     """Seconds per byte that writing to newly mapped memory adds (page faults): glibc maps an allocation
     of 32 MiB or more afresh each time (its largest mmap threshold).  Smaller buffers it recycles, at least
     in the steady state of a training step (a lone program allocating several of them may fault too)."""
@@ -558,7 +561,8 @@ def _calibration_key() -> str:
 
     import jax
 
-    return f"v{CALIBRATION_VERSION}|{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} cpus|jax {jax.__version__}"
+    processor = platform.processor() or platform.machine()
+    return f"v{CALIBRATION_VERSION}|{platform.node()}|{processor}|{os.cpu_count()} cpus|jax {jax.__version__}"
 
 
 def _default_path():
@@ -570,13 +574,14 @@ def _default_path():
 
 
 def measure_host() -> dict:
-    """Measure this machine now (a few seconds): matmul FLOP/s per dtype, bandwidth, overheads."""
+    """Measure this machine now (about ten seconds): products, convolutions, bandwidths, vector work,
+    the cost of new memory and the fixed costs.  Every op's own time has the launch subtracted."""
     launch, per_op = _measure_overheads()
-    return {**_measure_vector(launch),"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
+    return {"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
             "skinny_matmul": {dtype: _measure_skinny_matmul(dtype, launch) for dtype in MATMUL_SIZES},
             "convolution": _measure_convolution(launch), "bandwidth": _measure_bandwidth(launch),
-            "transpose_bandwidth": _measure_transposes(launch), "fresh_seconds_per_byte": _measure_fresh_memory(launch),
-            "program_seconds": launch, "op_seconds": per_op}
+            "transpose_bandwidth": _measure_transposes(launch), "fresh_seconds_per_byte": _measure_fresh_memory(),
+            **_measure_vector(launch), "program_seconds": launch, "op_seconds": per_op}
 
 
 def calibrate(path=None, refresh: bool = False) -> dict:
@@ -674,9 +679,10 @@ class Prediction:
         return dataclasses.asdict(self)
 
     def summary(self) -> str:
-        lines = [f"predicted on {self.chip} (MFU: of {'the best f32 matmul rate' if self.chip == HOST else 'the bf16 peak'})"]
+        peak = "the best f32 matmul rate" if self.chip == HOST else "the bf16 peak"
+        lines = [f"predicted on {self.chip} (MFU: of {peak})"]
         lines += [f"{p.name:>12s}  {p.flops / 1e9:9.3f} GFLOP  {p.bytes_accessed / 1e6:9.1f} MB  "
-                 f"{p.seconds * 1e3:9.3f} ms  {p.bound}-bound" for p in self.programs]
+                  f"{p.seconds * 1e3:9.3f} ms  {p.bound}-bound" for p in self.programs]
         lines.append(f"{'step':>12s}  {self.flops / 1e9:9.3f} GFLOP  {self.bytes_accessed / 1e6:9.1f} MB  "
                      f"{self.seconds * 1e3:9.3f} ms  MFU {self.mfu:.1%} on {self.chip}")
         if self.measured_seconds:
@@ -818,20 +824,24 @@ def _run_script(script: str, script_args: list) -> list:
     return capture.programs
 
 
+def _rates(curve, label, unit: str = "GFLOP/s") -> str:
+    """``curve`` as "label(x) rate unit, ...", rates in G per second."""
+    return ", ".join(f"{label(x)} {rate / 1e9:.0f} {unit}" for x, rate in curve)
+
+
 def _describe_host(figures: dict) -> str:
-    lines = [f"matmul {dtype}: " + ", ".join(f"{round((f / 2) ** (1 / 3))}^3 {r / 1e9:.0f} GFLOP/s" for f, r in curve)
+    mib = lambda nbytes: f"{nbytes / 2**20:.1f} MiB"  # noqa: E731
+    lines = [f"matmul {dtype}: " + _rates(curve, lambda f: f"{round((f / 2) ** (1 / 3))}^3")
              for dtype, curve in figures["matmul"].items()]
-    lines += [f"thin matmul {dtype}: " + ", ".join(f"{THIN_ROWS}x{s} {r / 1e9:.0f} GFLOP/s"
-                                                   for s, (_, r) in zip(THIN_SIZES, curve))
+    lines += [f"thin matmul {dtype}: " + _rates(zip(THIN_SIZES, (r for _, r in curve)), lambda s: f"{THIN_ROWS}x{s}")
               for dtype, curve in figures["skinny_matmul"].items()]
-    lines.append("3x3 convolution f32: " + ", ".join(f"{depth / 9:.0f} channels {r / 1e9:.0f} GFLOP/s"
-                                                      for depth, r in figures["convolution"]))
-    lines.append("bandwidth: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["bandwidth"]))
-    lines.append("transposes: " + ", ".join(f"{b / 2**20:.1f} MiB {r / 1e9:.0f} GB/s" for b, r in figures["transpose_bandwidth"]))
+    lines.append("3x3 convolution f32: " + _rates(figures["convolution"], lambda depth: f"{depth / 9:.0f} channels"))
+    lines.append("bandwidth: " + _rates(figures["bandwidth"], mib, "GB/s"))
+    lines.append("transposes: " + _rates(figures["transpose_bandwidth"], mib, "GB/s"))
+    lines.append("reductions: " + _rates(figures["reduce"], lambda n: f"{n:.0f} long", "G elements/s"))
     lines.append(f"new memory {figures['fresh_seconds_per_byte'] * 2**30 * 1e3:.0f} ms/GiB; "
-                 f"program launch {figures['program_seconds'] * 1e6:.1f} us, per op {figures['op_seconds'] * 1e6:.2f} us, "
-                 f"vector ops {figures['elementwise_per_s'] / 1e9:.2f} G/s, "
-                 f"gathers {figures['gathered_per_s'] / 1e9:.2f} G/s, reductions "
-                 + ", ".join(f"{length:.0f} long {r / 1e9:.2f} G/s" for length, r in figures["reduce"]) + ", "
+                 f"program launch {figures['program_seconds'] * 1e6:.1f} us; "
+                 f"per op {figures['op_seconds'] * 1e6:.2f} us; vector ops {figures['elementwise_per_s'] / 1e9:.1f} G/s; "
+                 f"gathers {figures['gathered_per_s'] / 1e9:.2f} G/s; "
                  f"transcendentals {figures['transcendentals_per_s'] / 1e9:.2f} G/s")
     return "\n".join(lines)
