@@ -22,7 +22,8 @@ FAKE_HOST = {"matmul": {"f32": [[2e6, 1e10], [2e9, 1e11]], "bf16": [[2e6, 5e9], 
              "convolution": [[27, 1e10], [576, 1e11]], "bandwidth": [[1e5, 1e10], [1e8, 2e10]],
              "fresh_seconds_per_byte": 1e-9, "op_seconds": 1e-6, "program_seconds": 5e-6,
              "transcendentals_per_s": 1e9, "elementwise_per_s": 1e10, "gathered_per_s": 1e9,
-             "reduce": [[4, 1e9], [2048, 1e10]], "transpose_bandwidth": [[1e5, 2e9], [1e8, 4e9]]}
+             "reduce": [[4, 1e9], [2048, 1e10]], "transpose_bandwidth": [[1e5, 2e9], [1e8, 4e9]],
+             "graph_seconds": 1e-4, "graph_array_seconds": 1e-5}
 
 
 @pytest.fixture
@@ -125,6 +126,13 @@ def test_vector_work_gathers_and_reductions_add_up(calibration):
     counted = cost.program_costs(jax.jit(lambda x, i: x[i].sum()).lower(jnp.ones(64), jnp.arange(8)))
     assert sum(op.gathered for op in counted.ops) == 8
     assert [length for op in counted.ops for _, length in op.reductions] == [8]
+
+
+def test_the_host_pays_torchtpus_work_per_graph_and_per_array(calibration):
+    host = cost.target("host", calibration)
+    program = cost.Program("p", 0, 0, 0, {}, [], [8, 8], arguments=3)
+    assert cost.program_seconds(program, host) == pytest.approx(5e-6 + 1e-4 + 5 * 1e-5)
+    assert cost.program_seconds(program, cost.chip_target(HAND_MADE)) == cost.TPU_PROGRAM_SECONDS
 
 
 def test_big_new_buffers_pay_for_their_pages():

@@ -253,6 +253,7 @@ class Program:
     memory: dict  # XLA's memory analysis (argument, output, temp, alias bytes)
     ops: list
     output_arrays: list = dataclasses.field(default_factory=list)  # bytes of each array the program returns
+    arguments: int = 0  # arrays it takes
 
     def fresh_bytes(self, threshold: float) -> float:
         """Bytes of the buffers of ``threshold`` or more that a run allocates: its outputs (less those
@@ -287,7 +288,7 @@ def program_costs(compiled, name: str = "program") -> Program:
     text = compiled.as_text()
     return Program(name, float(costs.get("flops", 0.0)), float(costs.get("bytes accessed", 0.0)),
                    float(costs.get("transcendentals", 0.0)), _memory_analysis(compiled), hlo_ops(text),
-                   output_arrays(text))
+                   output_arrays(text), _parameter_count(text))
 
 
 # ---- targets: a TPU generation, or this machine calibrated ---------------------------------------------
@@ -314,6 +315,8 @@ class Target:
     reduce: list = dataclasses.field(default_factory=list)  # [(elements per result, elements reduced per s)]
     convolution: list = dataclasses.field(default_factory=list)  # [(min(rows, depth), FLOP/s)], f32
     transpose_bandwidth: list = dataclasses.field(default_factory=list)  # [(bytes moved, bytes/s)]
+    graph_seconds: float = 0.0  # torchtpu's host work to run a compiled graph (guards, wrappers) ...
+    graph_array_seconds: float = 0.0  # ... and for each array it takes or returns
 
     def matmul_rate(self, op: Op) -> float:
         """A product's FLOP/s: that of a square product as big, or of a thin one as narrow, whichever is less."""
@@ -385,7 +388,8 @@ THIN_ROWS, THIN_SIZES = 8192, (8, 32, 128, 512)
 REDUCE_LENGTHS = (4, 64, 2048)
 CONV_CHANNELS = (3, 16, 64)
 TRANSPOSE_SIZES = (256, 1024, 2048)
-CALIBRATION_VERSION = 9  # part of the cache key: a new version of what is measured measures again
+GRAPH_OUTPUTS = 33
+CALIBRATION_VERSION = 10  # part of the cache key: a new version of what is measured measures again
 FRESH_BYTES = 64 << 20
 FRESH_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
 
@@ -508,6 +512,36 @@ def _less_launch(seconds: float, launch: float) -> float:
     return max(seconds - launch, seconds / 10)
 
 
+def _one_output(x):
+    return x + 1
+
+
+def _many_outputs(x):
+    return [x + i for i in range(GRAPH_OUTPUTS)]
+
+
+def _measure_graph_overhead(launch: float) -> tuple[float, float]:
+    """torchtpu's host work per compiled graph, and per array it takes or returns (wrapping a result in a
+    tensor, writing back a mutated input): two tiny torch.compile graphs, one output and many."""
+    import time
+
+    import torch
+
+    x = torch.zeros(4, device="tpu")
+    seconds = []
+    for fn in (_one_output, _many_outputs):
+        compiled = torch.compile(fn, backend="tpu")
+        times = []
+        for _ in range(40):
+            start = time.perf_counter()
+            compiled(x)
+            torch.tpu.synchronize()
+            times.append(time.perf_counter() - start)
+        seconds.append(sorted(times)[len(times) // 4])
+    per_array = max(0.0, (seconds[1] - seconds[0]) / (GRAPH_OUTPUTS - 1))
+    return max(0.0, seconds[0] - launch - 3 * per_array), per_array  # 3 arrays: x, the result, the seed
+
+
 def _measure_overheads() -> tuple[float, float]:
     """Seconds per program launch and per top-level op."""
     import jax
@@ -577,7 +611,8 @@ def measure_host() -> dict:
     """Measure this machine now (about ten seconds): products, convolutions, bandwidths, vector work,
     the cost of new memory and the fixed costs.  Every op's own time has the launch subtracted."""
     launch, per_op = _measure_overheads()
-    return {"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
+    graph, graph_array = _measure_graph_overhead(launch)
+    return {"graph_seconds": graph, "graph_array_seconds": graph_array,"matmul": {dtype: _measure_matmul(dtype, launch) for dtype in MATMUL_SIZES},
             "skinny_matmul": {dtype: _measure_skinny_matmul(dtype, launch) for dtype in MATMUL_SIZES},
             "convolution": _measure_convolution(launch), "bandwidth": _measure_bandwidth(launch),
             "transpose_bandwidth": _measure_transposes(launch), "fresh_seconds_per_byte": _measure_fresh_memory(),
@@ -617,7 +652,8 @@ def host_target(figures: dict) -> Target:
                   figures["op_seconds"], figures["program_seconds"], max(rate for _, rate in matmul["f32"]),
                   figures["fresh_seconds_per_byte"], FRESH_THRESHOLD, curves("skinny_matmul"),
                   figures["elementwise_per_s"], figures["gathered_per_s"], [tuple(p) for p in figures["reduce"]],
-                  [tuple(p) for p in figures["convolution"]], [tuple(p) for p in figures["transpose_bandwidth"]])
+                  [tuple(p) for p in figures["convolution"]], [tuple(p) for p in figures["transpose_bandwidth"]],
+                  figures["graph_seconds"], figures["graph_array_seconds"])
 
 
 # ---- the prediction ----------------------------------------------------------------------------------------
@@ -650,7 +686,8 @@ def _memory_seconds(op: Op, machine: Target) -> float:
 
 def program_seconds(program: Program, machine: Target) -> float:
     fresh = program.fresh_bytes(machine.fresh_threshold) * machine.fresh_seconds_per_byte
-    return machine.program_seconds + fresh + sum(op_seconds(op, machine) for op in program.ops)
+    host = machine.graph_seconds + machine.graph_array_seconds * (program.arguments + len(program.output_arrays))
+    return machine.program_seconds + host + fresh + sum(op_seconds(op, machine) for op in program.ops)
 
 
 @dataclasses.dataclass
@@ -728,7 +765,8 @@ class Capture:
         self._undo()
 
     def _seen(self, name, lowered, compiled, seconds) -> None:
-        program, arity = program_costs(compiled, name), _parameter_count(compiled)
+        program = program_costs(compiled, name)
+        arity = program.arguments
         for i, old in enumerate(self.programs):
             if old.name == name and self._arities[i] == arity:
                 self.programs[i] = program
@@ -737,8 +775,8 @@ class Capture:
         self._arities.append(arity)
 
 
-def _parameter_count(compiled) -> int:
-    layout = re.search(r"entry_computation_layout=\{\((.*?)\)->", compiled.as_text()[:100_000])
+def _parameter_count(text: str) -> int:
+    layout = re.search(r"entry_computation_layout=\{\((.*?)\)->", text.split("\n", 1)[0])
     return len(_ARRAY.findall(layout.group(1))) if layout else 0
 
 
@@ -839,6 +877,8 @@ def _describe_host(figures: dict) -> str:
     lines.append("bandwidth: " + _rates(figures["bandwidth"], mib, "GB/s"))
     lines.append("transposes: " + _rates(figures["transpose_bandwidth"], mib, "GB/s"))
     lines.append("reductions: " + _rates(figures["reduce"], lambda n: f"{n:.0f} long", "G elements/s"))
+    lines.append(f"torchtpu per compiled graph {figures['graph_seconds'] * 1e6:.0f} us, "
+                 f"per array {figures['graph_array_seconds'] * 1e6:.1f} us")
     lines.append(f"new memory {figures['fresh_seconds_per_byte'] * 2**30 * 1e3:.0f} ms/GiB; "
                  f"program launch {figures['program_seconds'] * 1e6:.1f} us; "
                  f"per op {figures['op_seconds'] * 1e6:.2f} us; vector ops {figures['elementwise_per_s'] / 1e9:.1f} G/s; "
