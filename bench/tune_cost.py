@@ -2,12 +2,12 @@
 
 For each model, a compiled training step (forward, backward, AdamW) runs a
 few times under ``cost.Capture``; the captured programs are costed on the
-"host" target, this machine calibrated again just before the model runs (matmul
-FLOP/s per dtype and shape, convolutions, memory bandwidth per size, the
-cost of new memory, vector work, gathers, reductions, launch and per-op
-overheads); then the step is timed.  The machine is shared, so the best run
-is the one least disturbed: the calibration keeps the best figure of all its
-runs so far (``cost.best_of``), and the measured step is the best of its
+"host" target, this machine calibrated afresh just before the step is timed (matmul FLOP/s
+per dtype and shape, convolutions, memory bandwidth per size, transposes,
+the cost of new memory, vector work, gathers, reductions, launch, per-op
+and torchtpu's per-graph overheads).  The machine is shared, so the least
+disturbed runs say best what it can do: each calibration figure is the
+lower quartile of its runs, and the measured step is the best of its
 steps; the median step is shown too.  The Llama models are the ones of ``bench/llama_step.py``;
 the MLP, the small conv net and GPT-2 (tiny) are models the model was not
 tuned against.  The target is a predicted/measured ratio within 0.75-1.25.
@@ -93,26 +93,14 @@ MODELS = {"llama 10m": lambda: llama("10m"), "llama 100m": lambda: llama("100m")
           "convnet": convnet, "gpt-2 tiny": gpt2_tiny}
 
 
-def calibrate_again(path):
-    """Measure the host again and keep, figure by figure, the best of this and the earlier calibrations."""
-    import json
-
-    earlier = json.loads(open(path).read()) if os.path.exists(path) else {}
-    key = cost._calibration_key()
-    figures = cost.measure_host()
-    earlier[key] = cost.best_of(earlier[key], figures) if key in earlier else figures
-    with open(path, "w") as file:
-        json.dump(earlier, file)
-
-
 def measure(name, steps, calibration):
-    """One row: the step's programs costed on the host calibrated (again) just before, and the step timed."""
+    """One row: the step's programs costed on the host calibrated just before, and the step timed."""
     torch._dynamo.reset()
     model, step = MODELS[name]()
     with cost.Capture() as capture:
         for _ in range(3):
             step().item()
-    calibrate_again(calibration)
+    cost.calibrate(calibration, refresh=True)  # just before the timing, under the same load
     predicted = cost.predict_programs(capture.programs, "host", calibration)
     times = []
     for _ in range(steps):

@@ -249,12 +249,3 @@ def test_a_transpose_moves_at_the_transpose_bandwidth(calibration):
     assert cost.op_seconds(op, host) == pytest.approx(op.bytes / 2e9 + 1e-6)
     (copy,) = cost.program_costs(jax.jit(lambda x: x * 2).lower(jnp.ones((64, 32)))).ops
     assert not copy.transposes
-
-
-def test_two_calibrations_merge_into_the_best_of_each():
-    slower = {**FAKE_HOST, "bandwidth": [[1e5, 5e9], [1e8, 3e10]], "program_seconds": 9e-6,
-              "elementwise_per_s": 2e10}
-    best = cost.best_of(FAKE_HOST, slower)
-    assert best["bandwidth"] == [[1e5, 1e10], [1e8, 3e10]]
-    assert best["program_seconds"] == 5e-6 and best["elementwise_per_s"] == 2e10
-    assert best["matmul"] == FAKE_HOST["matmul"]

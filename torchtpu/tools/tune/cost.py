@@ -635,16 +635,6 @@ def calibrate(path=None, refresh: bool = False) -> dict:
     return saved[key]
 
 
-def best_of(first: dict, second: dict, key: str = "") -> dict:
-    """Two calibrations of one machine merged, keeping the better figure of each (the higher rate, the
-    lower cost): on a shared machine, each measurement's best is the closest to what the machine can do."""
-    if isinstance(first, dict):
-        return {name: best_of(first[name], second[name], name) for name in first}
-    if isinstance(first, list):  # a curve of rates
-        return [[x, max(a, b)] for (x, a), (_, b) in zip(first, second)]
-    return max(first, second) if key.endswith("_per_s") else min(first, second)
-
-
 def host_target(figures: dict) -> Target:
     curves = lambda name: {dtype: [tuple(p) for p in c] for dtype, c in figures[name].items()}  # noqa: E731
     matmul = curves("matmul")
