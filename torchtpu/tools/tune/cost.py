@@ -600,11 +600,9 @@ def _calibration_key() -> str:
 
 
 def _default_path():
-    import os
     import pathlib
 
-    root = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
-    return pathlib.Path(root) / "torchtpu" / "calibration.json"
+    return pathlib.Path.home() / ".cache" / "torchtpu" / "calibration.json"
 
 
 def measure_host() -> dict:
