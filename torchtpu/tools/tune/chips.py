@@ -26,6 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 
+# bfloat16 passes the MXU makes for one float32 product at each matmul precision (torch.tpu.precision).
+MXU_PASSES = {"default": 1, "high": 3, "highest": 6}
+
+
 @dataclass(frozen=True)
 class Chip:
     name: str

@@ -22,6 +22,8 @@ import dataclasses
 import math
 import re
 
+from .chips import MXU_PASSES
+
 HOST = "host"
 _HIDE_FROM_ROOFLINE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
                        "partition-id", "replica-id", "opt-barrier", "domain", "add-dependency"}
@@ -30,7 +32,6 @@ _TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one"
                    "tan", "rsqrt", "sqrt", "cbrt", "power", "logistic", "erf", "atan2"}
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
                 "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
-_PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of the MXU per f32 product
 _ARRAY = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
 
 
@@ -367,7 +368,7 @@ def chip_target(chip) -> Target:
 
 class _TpuTarget(Target):
     def matmul_rate(self, op: Op) -> float:
-        passes = _PRECISION_PASSES.get(op.precision, 6) if op.matmul_dtype == "f32" else 1
+        passes = MXU_PASSES.get(op.precision, 6) if op.matmul_dtype == "f32" else 1
         return super().matmul_rate(op) / passes
 
 

@@ -25,13 +25,13 @@ import sys
 import sysconfig
 import time
 
+from .chips import MXU_PASSES
+
 KINDS = ("recompile", "graph_break", "host_sync", "cpu_fallback", "eager_op", "misaligned_dim", "float32_matmul",
          "padding_waste", "memory")
 DEFAULT_CHIP = "v6e"
 PADDING_WASTE_LIMIT = 0.25  # a bucketed dimension with more padding than this is a finding
 MEMORY_WARNING_SHARE = 0.85  # peak memory above this share of the chip's HBM is a finding
-# bfloat16 passes a float32 product takes on the MXU at each matmul precision.
-PASSES = {"highest": 6, "high": 3, "default": 1}
 
 
 @dataclasses.dataclass
@@ -509,7 +509,7 @@ def _recompile_findings(analyzer, steps) -> list:
 def _product_findings(analyzer, chip, steady) -> list:
     from ...runtime import precision
 
-    passes = PASSES[precision.current()]
+    passes = MXU_PASSES[precision.current()]
     per_step_of = collections.Counter()
     for (product, location, step), count in analyzer.products.items():
         if step is None:  # in a compiled graph: run once per step (estimated)
