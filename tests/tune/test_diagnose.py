@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -87,6 +88,18 @@ def test_recompiles_are_found_with_their_reason():
     found = [f for f in report.findings if f.kind == "recompile"]
     assert sum(f.count for f in found) == 3  # Dynamo's, counted once (not again as torchtpu's)
     assert any("size mismatch" in f.message for f in found)
+    assert not any(f.measured for f in found)  # every step after the first recompiled: no clean step to compare
+
+
+def test_a_recompile_among_clean_steps_is_costed_by_the_time_its_step_took():
+    compiled = torch.compile(lambda x: (x * 3).sum(), backend="tpu", dynamic=False)
+    sizes = iter([3, 3, 3, 4, 3, 3])  # step 3 compiles a program for a new shape
+    report = diagnose.analyze(lambda: compiled(torch.ones(next(sizes), device="tpu")), steps=6)
+    found = [f for f in report.findings if f.kind == "recompile"]
+    assert len(found) == 1 and found[0].count == 1 and found[0].measured
+    clean = [t for k, t in enumerate(report.step_seconds) if k not in (0, 3)]
+    extra = report.step_seconds[3] - statistics.median(clean)
+    assert found[0].estimated_cost_s == pytest.approx(max(extra, 0.0) / 6)
 
 
 _lib = torch.library.Library("torchtpu_tune_test", "DEF")

@@ -450,7 +450,7 @@ def findings_of(analyzer: Analyzer, chip, host_costs: HostCosts, step_seconds: l
     step_s = statistics.median(step_seconds) if step_seconds else 0.0
     findings = []
     findings += _event_findings(analyzer, host_costs, steady)
-    findings += _recompile_findings(analyzer, max(1, analyzer.step))
+    findings += _recompile_findings(analyzer, max(1, analyzer.step), step_seconds)
     findings += _product_findings(analyzer, chip, steady)
     findings += _padding_findings(analyzer, step_s)
     findings += _memory_findings(chip, peak_memory, step_s)
@@ -490,19 +490,30 @@ def _event_findings(analyzer, host_costs, steady) -> list:
     return findings
 
 
-def _recompile_findings(analyzer, steps) -> list:
+def _recompile_findings(analyzer, steps, step_seconds) -> list:
+    """Recompiles by place. A recompile's cost is measured where it can be: the time its step took
+    beyond the median of the steps that compiled nothing (shared among that step's recompiles);
+    else estimated as the mean XLA compile time of the run (Dynamo's tracing not counted)."""
+    recompiles = [e for e in analyzer.events if e.kind == "recompile"]
+    per_step = collections.Counter(e.step for e in recompiles)
+    clean = [t for k, t in enumerate(step_seconds) if k > 0 and k not in per_step]
     compile_s = statistics.mean(analyzer.compile_seconds) if analyzer.compile_seconds else 0.0
     groups = collections.defaultdict(list)
-    for event in analyzer.events:
-        if event.kind == "recompile":
-            groups[event.location].append(event.key)
+    for event in recompiles:
+        groups[event.location].append(event)
     findings = []
-    for (file, line), reasons in groups.items():
-        message = (f"recompiled {len(reasons)} time(s): {reasons[-1]}. Keep input shapes and dtypes fixed "
+    for (file, line), events in groups.items():
+        measurable = clean and all(0 < e.step < len(step_seconds) for e in events)
+        if measurable:
+            baseline = statistics.median(clean)
+            total = sum(max(step_seconds[e.step] - baseline, 0.0) / per_step[e.step] for e in events)
+        else:
+            total = len(events) * compile_s
+        message = (f"recompiled {len(events)} time(s): {events[-1].key}. Keep input shapes and dtypes fixed "
                    "(pad to a bucket with torch.tpu.pad_to_bucket), or mark the changing size dynamic "
                    "(torch._dynamo.mark_dynamic)")
-        findings.append(Finding("recompile", file, line, message, len(reasons) * compile_s / steps,
-                                count=len(reasons)))
+        findings.append(Finding("recompile", file, line, message, total / steps, count=len(events),
+                                measured=bool(measurable)))
     return findings
 
 
