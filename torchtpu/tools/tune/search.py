@@ -445,10 +445,14 @@ class _Loop:
         self.trial(candidate, role, reason)
 
     def walk(self, dim: Dimension) -> None:
+        """Each value on top of the best so far, and on the default too: an option can lose on top
+        of the leader and win alone (torch.compile against fused eager mode, say)."""
         for value in dim.values:
-            if dim.applies(self.best.candidate, self.baseline) and value != dim.current(self.best.candidate,
-                                                                                       self.baseline):
-                self.consider(dim.move(self.best.candidate, value), "space", f"{dim.name}={_text(value)}")
+            default = self.trials[0]
+            bases = [self.best.candidate] + ([default.candidate] if self.best is not default else [])
+            for base in bases:
+                if dim.applies(base, self.baseline) and value != dim.current(base, self.baseline):
+                    self.consider(dim.move(base, value), "space", f"{dim.name}={_text(value)}")
 
 
 def _confirm(loop: _Loop, default: Trial, repeats: int, notes: list) -> Result:
