@@ -214,6 +214,19 @@ def test_an_event_waits_only_for_work_queued_before_it():
     assert torch.equal(late, torch.full((4,), 2.0))
 
 
+def test_an_event_wait_leaves_only_the_work_queued_after_it():
+    """Waiting drains the queue of dispatched arrays up to the event, so the next wait does not walk them again."""
+    from torchtpu.core import tensor
+
+    early = [torch.ones(64, device="tpu") * i for i in range(5)]
+    event = torch.tpu.Event()
+    event.record()
+    late = early[0] + 1
+    event.synchronize()
+    assert all(serial > event._point.arrays for serial, _ in tensor._dispatched)
+    assert torch.equal(late.cpu(), torch.ones(64)) and torch.equal(early[4].cpu(), torch.full((64,), 4.0))
+
+
 # ---- RNG -----------------------------------------------------------------------------
 
 

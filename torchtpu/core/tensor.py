@@ -51,26 +51,54 @@ def _next_address(nbytes: int) -> int:
     return address
 
 
-# Weak references to the arrays stored since the last ``wait_for_dispatched``:
-# what ``torch.tpu.synchronize`` must wait for.  Every op's results land in a
-# Buffer, so this covers all of torchtpu's queued work, and a result nobody
-# holds any more is nothing to wait for.
-_dispatched: "collections.deque[weakref.ref]" = collections.deque()
+# The arrays stored and not yet known to be computed, oldest first, each with
+# its serial number: what ``torch.tpu.synchronize`` and an event must wait for.
+# Every op's results land in a Buffer, so this covers all of torchtpu's queued
+# work, and a result nobody holds any more is nothing to wait for (weak refs).
+_dispatched: "collections.deque[tuple[int, weakref.ref]]" = collections.deque()
+_dispatch_serial = 0
 _prune_at = 1 << 14
 
 
-def wait_for_dispatched() -> None:
-    """Block until every array torchtpu has stored so far is computed."""
-    while _dispatched:
-        array = _dispatched.popleft()()
-        if array is not None and not array.is_deleted():  # a fused graph may have donated it
+def _pending(array) -> bool:
+    """An array still to be waited for (a fused graph may have donated it: then it is nothing to wait for)."""
+    return array is not None and not array.is_deleted()
+
+
+def wait_for_dispatched(up_to: int | None = None) -> None:
+    """Block until every array stored so far (up to serial ``up_to``) is computed.
+
+    Arrays found computed leave the queue, so each is waited for once: a wait
+    costs what it waits for, not what was ever dispatched."""
+    while _dispatched and (up_to is None or _dispatched[0][0] <= up_to):
+        array = _dispatched[0][1]()
+        if _pending(array):
             array.block_until_ready()
+        _dispatched.popleft()
+
+
+def dispatched_ready(up_to: int) -> bool:
+    """Whether every array stored up to serial ``up_to`` is computed (without waiting)."""
+    while _dispatched and _dispatched[0][0] <= up_to:
+        array = _dispatched[0][1]()
+        if _pending(array) and not array.is_ready():
+            return False
+        _dispatched.popleft()
+    return True
+
+
+def _note_dispatched(array) -> None:
+    global _dispatch_serial
+    _dispatch_serial += 1
+    _dispatched.append((_dispatch_serial, weakref.ref(array)))
+    if len(_dispatched) >= _prune_at:
+        _prune_dispatched()
 
 
 def _prune_dispatched() -> None:
     """Drop references to arrays that are done or dead, so a program that never syncs stays bounded."""
     global _prune_at
-    alive = [r for r in _dispatched if (a := r()) is not None and not a.is_deleted() and not a.is_ready()]
+    alive = [(n, r) for n, r in _dispatched if _pending(a := r()) and not a.is_ready()]
     _dispatched.clear()
     _dispatched.extend(alive)
     _prune_at = max(1 << 14, 2 * len(alive))
@@ -149,9 +177,7 @@ class Buffer:
             if type(array) is Deferred:
                 array.owner = weakref.ref(self)
             else:
-                _dispatched.append(weakref.ref(array))
-                if len(_dispatched) >= _prune_at:
-                    _prune_dispatched()
+                _note_dispatched(array)
         self._value = array
         self.layout = layout
 
@@ -639,19 +665,15 @@ class SyncPoint:
 
     __slots__ = ("host_copies", "arrays")
 
-    def __init__(self):
+    def __init__(self):  # two serial numbers: a point costs the same however much work is queued
         self.host_copies = _last_host_copy
-        self.arrays = list(_dispatched)
+        self.arrays = _dispatch_serial
 
     def ready(self) -> bool:
-        return not (_host_copies and _host_copies[0][0] <= self.host_copies) and all(
-            a is None or a.is_deleted() or a.is_ready() for a in (r() for r in self.arrays))
+        return not (_host_copies and _host_copies[0][0] <= self.host_copies) and dispatched_ready(self.arrays)
 
     def wait(self) -> None:
-        for ref in self.arrays:
-            array = ref()
-            if array is not None and not array.is_deleted():
-                array.block_until_ready()
+        wait_for_dispatched(self.arrays)
         finish_host_copies(self.host_copies)
 
 
