@@ -174,6 +174,18 @@ def test_script_arguments_from_a_grid_and_their_default(tmp_path):
     assert json.loads(pathlib.Path(result.profile_path).read_text())["script_args"] == ["--batch=4"]
 
 
+def test_a_bare_flag_is_tried_absent_and_present(tmp_path):
+    assert search.parse_grid(["compile", "batch=1,4"], flags=True) == {"compile": [False, True], "batch": ["1", "4"]}
+    with pytest.raises(SystemExit, match="NAME=A,B"):
+        search.parse_grid(["max_fused_ops"])  # a setting needs its values
+    script = _script(tmp_path, """
+    print("torchtpu-step-seconds:", 0.05 if "--compile" in sys.argv else 0.1, file=sys.stderr)
+    """)
+    result = _search(tmp_path, script, space=[], vary={"compile": [False, True]}, repeats=1)
+    assert result.default.candidate.argv() == [] and result.best.candidate.argv() == ["--compile"]
+    assert result.confirmed
+
+
 def test_an_option_that_loses_on_top_of_the_leader_is_tried_alone(tmp_path):
     """Fused mode leads (90 ms); compile on top of it is slower (120 ms), compile alone the fastest (50 ms)."""
     script = _script(tmp_path, """

@@ -85,7 +85,9 @@ class Candidate:
         return Candidate.of({**dict(self.settings), **(settings or {})}, {**dict(self.args), **(args or {})})
 
     def argv(self) -> list:
-        return [f"--{name}={value}" for name, value in self.args]
+        """The script arguments: ``--NAME=VALUE``; a bare flag (``--vary NAME``) is ``--NAME`` when on, absent when off."""
+        return [f"--{name}" if value is True else f"--{name}={value}"
+                for name, value in self.args if value is not False]
 
     def label(self) -> str:
         parts = [f"{name}={_text(value)}" for name, value in self.settings] + self.argv()
@@ -638,7 +640,8 @@ def add_arguments(parser) -> None:
 
     parser.usage = "%(prog)s [options] script.py [script arguments]"
     parser.add_argument("--vary", action="append", default=[], metavar="NAME=A,B",
-                        help="a script argument to try (passed as --NAME=A); the first value is the default's")
+                        help="a script argument to try (passed as --NAME=A); the first value is the default's; "
+                        "a bare NAME is a flag, tried off (absent) and on (--NAME)")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=A,B",
                         help="a torchtpu setting to try, by name (max_fused_ops=100,1000)")
     parser.add_argument("--findings", metavar="JSON",
@@ -656,14 +659,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments, passed to every trial")
 
 
-def parse_grid(items: list) -> dict:
-    """``["batch=8,16"]`` -> ``{"batch": ["8", "16"]}``."""
+def parse_grid(items: list, flags: bool = False) -> dict:
+    """``["batch=8,16"]`` -> ``{"batch": ["8", "16"]}``; with ``flags``, a bare ``"compile"`` is a
+    flag tried off (absent, the default's) and on: ``{"compile": [False, True]}``."""
     grid = {}
     for item in items:
         name, sep, values = item.partition("=")
+        name = name.strip().lstrip("-")
+        if flags and not sep and name:
+            grid[name] = [False, True]
+            continue
         if not sep or not name or not values:
-            raise SystemExit(f"torchtpu tune search: expected NAME=A,B, got {item!r}")
-        grid[name.strip().lstrip("-")] = [v.strip() for v in values.split(",") if v.strip()]
+            raise SystemExit(f"torchtpu tune search: expected NAME=A,B{' or NAME' if flags else ''}, got {item!r}")
+        grid[name] = [v.strip() for v in values.split(",") if v.strip()]
     return grid
 
 
@@ -678,8 +686,8 @@ def run(args) -> int:
         findings = []
     else:
         findings = diagnose_in_subprocess(args.script, args.script_args, pathlib.Path(args.out), args.timeout)
-    result = search(args.script, args.script_args, findings=findings, space=dims, vary=parse_grid(args.vary),
-                    max_trials=args.trials, timeout_s=args.timeout, repeats=args.repeats, min_gain=args.min_gain,
+    vary = parse_grid(args.vary, flags=True)
+    result = search(args.script, args.script_args, findings=findings, space=dims, vary=vary, max_trials=args.trials, timeout_s=args.timeout, repeats=args.repeats, min_gain=args.min_gain,
                     out=args.out, progress=not args.quiet)
     print(_verdict(result)[0])
     print(f"profile: {result.profile_path}  (TORCHTPU_PROFILE={result.profile_path})")
