@@ -91,6 +91,23 @@ def test_recompiles_are_found_with_their_reason():
     assert not any(f.measured for f in found)  # every step after the first recompiled: no clean step to compare
 
 
+def test_an_unmeasured_dynamo_recompile_costs_its_trace_as_well_as_its_compile(monkeypatch):
+    """Every step recompiles: each is estimated as the run's mean XLA compile plus Dynamo's mean trace."""
+    traces = []
+    monkeypatch.setattr(diagnose, "_dynamo_traces", lambda: list(traces))
+    analyzer = diagnose.Analyzer(chips.chip("v5e"))
+    with diagnose.instrumented(analyzer):
+        traces += [0.5, 0.25]  # Dynamo traced two frames during the run
+    analyzer.compile_seconds = [0.1, 0.3]
+    for step in (1, 2):
+        analyzer.step = step
+        analyzer._add("recompile", ("train.py", 7), "f recompiled: size mismatch", diagnose.DYNAMO_RETRACE)
+    analyzer._add("recompile", ("train.py", 9), "torchtpu: g compiled again")  # a known graph, new shapes
+    found = {f.line: f for f in diagnose._recompile_findings(analyzer, steps=2, step_seconds=[1.0, 1.0, 1.0])}
+    assert found[7].estimated_cost_s == pytest.approx(2 * (0.2 + 0.375) / 2) and not found[7].measured
+    assert found[9].estimated_cost_s == pytest.approx(0.2 / 2)
+
+
 def test_a_recompile_among_clean_steps_is_costed_by_the_time_its_step_took():
     compiled = torch.compile(lambda x: (x * 3).sum(), backend="tpu", dynamic=False)
     sizes = iter([3, 3, 3, 4, 3, 3])  # step 3 compiles a program for a new shape

@@ -234,6 +234,10 @@ class _StopProgram(BaseException):
     ``except Exception`` must not swallow it)."""
 
 
+# The detail of a recompile found in Dynamo's log: Dynamo traced the frame again (torchtpu's own only compile).
+DYNAMO_RETRACE = "dynamo retrace"
+
+
 @dataclasses.dataclass
 class _Event:
     kind: str
@@ -253,7 +257,8 @@ class Analyzer:
         self.events: list[_Event] = []
         self.products = collections.Counter()  # (product, location, step or None) -> count
         self.graphs = 0
-        self.compile_seconds: list[float] = []
+        self.compile_seconds: list[float] = []  # XLA compiles
+        self.trace_seconds: list[float] = []  # Dynamo's traces of a frame (set when the run ends)
         self.step = 0
         self.step_starts = [time.perf_counter()]
         self.muted = False
@@ -311,7 +316,7 @@ class Analyzer:
             match = _DYNAMO_RECOMPILE.search(text)
             if match:
                 self._add("recompile", (match["file"], int(match["line"])),
-                          f"{match['function']} recompiled: {match['reason'].strip()}")
+                          f"{match['function']} recompiled: {match['reason'].strip()}", DYNAMO_RETRACE)
         elif record.name == "torchtpu.recompiles" and not getattr(record, "retraced", False):
             self._add("recompile", self.location(), _shortened(text.removeprefix("torchtpu: ")))
 
@@ -356,6 +361,13 @@ class _Capture(logging.Handler):
         self.analyzer.log_record(record)
 
 
+def _dynamo_traces() -> list:
+    """The durations of Dynamo's frame compiles so far (its own metrics: empty where a torch lacks them)."""
+    from torch._dynamo import utils
+
+    return list(getattr(utils, "compilation_time_metrics", {}).get("_compile.compile_inner", []))
+
+
 @contextlib.contextmanager
 def instrumented(analyzer: Analyzer):
     """Route every event of the program to ``analyzer`` while the block runs."""
@@ -377,10 +389,12 @@ def instrumented(analyzer: Analyzer):
     stop_observing = compile_cache.observe(analyzer.compiled)
     step_hook = register_optimizer_step_post_hook(analyzer.optimizer_stepped)
     previous, metrics.listener = metrics.listener, analyzer
+    traces_before = len(_dynamo_traces())
     try:
         with config.override(log_recompiles=True):
             yield analyzer
     finally:
+        analyzer.trace_seconds = _dynamo_traces()[traces_before:]
         metrics.listener = previous
         step_hook.remove()
         stop_observing()
@@ -493,11 +507,13 @@ def _event_findings(analyzer, host_costs, steady) -> list:
 def _recompile_findings(analyzer, steps, step_seconds) -> list:
     """Recompiles by place. A recompile's cost is measured where it can be: the time its step took
     beyond the median of the steps that compiled nothing (shared among that step's recompiles);
-    else estimated as the mean XLA compile time of the run (Dynamo's tracing not counted)."""
+    else estimated from the run's means: an XLA compile, plus Dynamo's trace of the frame for one
+    of Dynamo's recompiles (torchtpu's own, a known graph meeting new shapes, only compile)."""
     recompiles = [e for e in analyzer.events if e.kind == "recompile"]
     per_step = collections.Counter(e.step for e in recompiles)
     clean = [t for k, t in enumerate(step_seconds) if k > 0 and k not in per_step]
     compile_s = statistics.mean(analyzer.compile_seconds) if analyzer.compile_seconds else 0.0
+    trace_s = statistics.mean(analyzer.trace_seconds) if analyzer.trace_seconds else 0.0
     groups = collections.defaultdict(list)
     for event in recompiles:
         groups[event.location].append(event)
@@ -508,7 +524,7 @@ def _recompile_findings(analyzer, steps, step_seconds) -> list:
             baseline = statistics.median(clean)
             total = sum(max(step_seconds[e.step] - baseline, 0.0) / per_step[e.step] for e in events)
         else:
-            total = len(events) * compile_s
+            total = sum(compile_s + (trace_s if e.detail is DYNAMO_RETRACE else 0.0) for e in events)
         message = (f"recompiled {len(events)} time(s): {events[-1].key}. Keep input shapes and dtypes fixed "
                    "(pad to a bucket with torch.tpu.pad_to_bucket), or mark the changing size dynamic "
                    "(torch._dynamo.mark_dynamic)")
