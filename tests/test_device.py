@@ -321,6 +321,35 @@ def test_precision_context():
             pass
 
 
+def test_precision_follows_torchs_float32_matmul_precision_unless_chosen():
+    """As CUDA's TF32 does: torch.set_float32_matmul_precision("high") lowers the precision of float32
+    matmuls ("high": three bfloat16 passes on TPU, "medium": one); a torch.tpu.precision block or the
+    matmul_precision setting wins."""
+    from torchtpu import config
+
+    P = torch.tpu.Precision
+    before = torch.get_float32_matmul_precision()
+    try:
+        for torch_name, ours in (("high", P.HIGH), ("medium", P.DEFAULT), ("highest", P.HIGHEST)):
+            torch.set_float32_matmul_precision(torch_name)
+            assert torch.tpu.get_precision() is ours
+        torch.set_float32_matmul_precision("high")
+        with torch.tpu.precision("highest"):
+            assert torch.tpu.get_precision() is P.HIGHEST
+        assert torch.tpu.get_precision() is P.HIGH  # torch's again after the block
+        with config.override(matmul_precision="default"):
+            assert torch.tpu.get_precision() is P.DEFAULT
+            with torch.tpu.precision("high"):
+                assert torch.tpu.get_precision() is P.HIGH
+        a = torch.randn(16, 16)
+        torch.testing.assert_close((a.to("tpu") @ a.to("tpu")).cpu(), a @ a, rtol=1e-2, atol=1e-2)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(ValueError, match="highest, high or default"):
+        config.from_environ({"TORCHTPU_MATMUL_PRECISION": "fastest"})
+    assert config.from_environ({"TORCHTPU_MATMUL_PRECISION": "High"}).matmul_precision == "high"
+
+
 def test_amp_supported_dtypes():
     assert torch.bfloat16 in torch.tpu.get_amp_supported_dtype()
 

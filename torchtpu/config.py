@@ -49,6 +49,13 @@ def _parse_index(text: str) -> int:
     return value
 
 
+def _parse_precision(text: str) -> str | None:
+    value = text.strip().lower()
+    if value and value not in ("highest", "high", "default"):
+        raise ValueError(f"expected highest, high or default, got {text!r}")
+    return value or None
+
+
 def _setting(default, parse, doc, aliases=()):
     return dataclasses.field(default=default, metadata={"parse": parse, "doc": doc, "aliases": aliases})
 
@@ -73,6 +80,10 @@ class Config:
         "(strict eager mode; 0: compile at once).")
     log_recompiles: bool = _setting(
         False, parse_flag, "Log every compile of a graph after its first, with what changed.")
+    matmul_precision: str | None = _setting(
+        None, _parse_precision, "The float32 matmul precision of programs: `highest` (float32, CPU's results), `high` "
+        "(three bfloat16 passes on TPU) or `default` (one); unset: `torch.set_float32_matmul_precision`'s "
+        "(`high`: high, `medium`: default). `torch.tpu.precision(...)` wins inside its block.")
     cache_dir: str | None = _setting(
         None, _parse_path, "Keep compiled programs in this directory (XLA's persistent cache), across processes.")
     dump_dir: str | None = _setting(None, _parse_path, "Write the StableHLO of every compiled graph here.")

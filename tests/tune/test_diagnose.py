@@ -165,6 +165,7 @@ def test_float32_matmul_in_a_compiled_graph_is_found_at_the_model_line():
     report = diagnose.analyze(compiled, torch.randn(128, 256, device="tpu"), steps=2)
     found = _found(report, "float32_matmul", _line_of(fn, "planted: float32 matmul"))
     assert len(found) == 1 and "autocast" in found[0].message and found[0].estimated_cost_s > 0
+    assert found[0].fix == {"matmul_precision": "default"}  # a setting: `tune search` can try it
     with torch.tpu.precision("default"):  # one bfloat16 pass: nothing to gain
         report = diagnose.analyze(compiled, torch.randn(128, 256, device="tpu"), steps=1)
     assert not _found(report, "float32_matmul")

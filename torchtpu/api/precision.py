@@ -25,9 +25,11 @@ def precision(value):
 
     HIGHEST (full float32, matching CPU) is the default; DEFAULT and HIGH are
     faster bfloat16-based modes on TPU.  Programs are cached per precision.
+    Outside any such block the precision follows ``torch.set_float32_matmul_precision``
+    ("high": HIGH, "medium": DEFAULT), unless the ``matmul_precision`` setting chose one.
     """
     value = Precision(value) if not isinstance(value, Precision) else value
-    previous = runtime_precision.current()
+    previous = runtime_precision.chosen()
     runtime_precision.set_current(value.value)
     try:
         yield

@@ -36,7 +36,7 @@ class ExecutionContext:
 
     def __init__(self):
         self.launcher: Launcher | None = None  # installed by eager.modes at import
-        self.precision = "highest"
+        self.precision: str | None = None  # None: torch.get_float32_matmul_precision() decides (runtime.precision)
 
     @property
     def device(self) -> "torch.device":

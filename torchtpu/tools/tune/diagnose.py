@@ -550,10 +550,10 @@ def _product_findings(analyzer, chip, steady) -> list:
             seconds = per_step * product.flops / chip.bf16_flops * (passes - 1)
             message = (f"{product.describe()} runs in float32 at matmul precision {precision.current()!r}, "
                        f"{passes} bfloat16 passes on the MXU: run it under torch.autocast('tpu', "
-                       "dtype=torch.bfloat16), or torch.tpu.precision('default') where float32 accuracy "
-                       "is not needed")
+                       "dtype=torch.bfloat16), or at one pass where float32 accuracy is not needed "
+                       "(TORCHTPU_MATMUL_PRECISION=default, torch.set_float32_matmul_precision('medium'))")
             findings.append(Finding("float32_matmul", file, line, message, seconds, count=per_step,
-                                    fix={"autocast": "bfloat16"}))
+                                    fix={"matmul_precision": "default"}))
     return _merge(findings)
 
 
