@@ -26,6 +26,7 @@ from . import config  # noqa: E402,F401  (torchtpu.config: the settings)
 from .runtime import device as _device  # noqa: E402
 
 _device.share_host_cores()  # before anything starts XLA's thread pool
+_device.reuse_host_memory()  # before XLA's threads make malloc arenas of their own
 from .dispatch import patches as _patches  # noqa: E402
 from .dispatch import registration as _registration  # noqa: E402
 from . import distributed as _distributed  # noqa: E402

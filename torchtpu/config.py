@@ -100,6 +100,10 @@ class Config:
     share_host_cores: bool = _setting(
         True, parse_flag, "On XLA's CPU backend with several processes per host (`LOCAL_WORLD_SIZE` > 1), pin each "
         "to its own share of the cores, as one chip each (off: leave the CPU affinity alone).")
+    reuse_host_memory: bool = _setting(
+        True, parse_flag, "On XLA's CPU backend, keep freed large buffers in the process for the next program run "
+        "(glibc malloc: one arena, 1 GiB mmap and trim thresholds) instead of mapping fresh, page-faulting memory on "
+        "every run (off: malloc's defaults).")
     native: bool = _setting(
         True, parse_flag, "Use the C++ extension (device guard, tensor factory) if it was built; off: `tpu:0` only.")
     vllm: bool = _setting(
