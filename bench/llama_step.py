@@ -85,8 +85,13 @@ def torch_runner(model, device, mode, batch, train):
 
     def step():
         with torch.tpu.eager_mode(eager_mode):
-            loss = fn()
-            return loss.item()  # a host sync: the step's device work is done
+            loss = fn().item()
+        if device == "tpu":
+            # The loss is ready before the step's last program is done (compiled: backward and
+            # optimizer run after the forward that made it): wait for all, so that no step's
+            # work is counted in the next configuration's time.
+            torch.tpu.synchronize()
+        return loss
 
     if fuse and train:  # the step is one program (the optimizer step ends the fused graph)
         step.memory_analysis = torchtpu.eager.fused.memory_analysis
@@ -173,6 +178,7 @@ def jax_runner(model, batch, train):
         if not train:
             return float(forward(state["params"]))
         loss, state = train_step(state)
+        jax.block_until_ready(state)
         return float(loss)
 
     if train:
