@@ -83,15 +83,21 @@ def torch_runner(model, device, mode, batch, train):
     fuse = mode in ("fused", "compiled+fused")
     eager_mode = torch.tpu.EagerMode.DEFER_AND_FUSE if fuse else torch.tpu.EagerMode.DEFER_NEVER
 
-    def step():
+    def dispatch():
+        """The step up to its loss, not waiting for the device (fused: recorded, then run)."""
         with torch.tpu.eager_mode(eager_mode):
-            loss = fn().item()
+            return fn()
+
+    def step():
+        loss = dispatch().item()
         if device == "tpu":
             # The loss is ready before the step's last program is done (compiled: backward and
             # optimizer run after the forward that made it): wait for all, so that no step's
             # work is counted in the next configuration's time.
             torch.tpu.synchronize()
         return loss
+
+    step.dispatch = dispatch
 
     if fuse and train:  # the step is one program (the optimizer step ends the fused graph)
         step.memory_analysis = torchtpu.eager.fused.memory_analysis
@@ -310,9 +316,12 @@ def goals(rows, colds):
 
 
 def _fresh_process(size, steps, config, env=None):
-    """One configuration's training row, measured in a new process."""
-    done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs", config,
-                           "--train-only", "--json"], env=env, capture_output=True, text=True, check=True)
+    """One configuration's training row, measured in a new process (with an empty inductor cache:
+    inductor's disk caches, on by default, would otherwise skip AOTAutograd and its compile)."""
+    with tempfile.TemporaryDirectory() as inductor_cache:
+        env = {**(env or os.environ), "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
+        done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs", config,
+                               "--train-only", "--json"], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])[config]
 
 
@@ -374,6 +383,9 @@ def main():
     args = parser.parse_args()
     steps = 3 if args.quick else args.steps
     configs = args.configs.split(",")
+    # Cold starts are cold for inductor too: not served by an earlier run's inductor caches.
+    inductor_cache = tempfile.TemporaryDirectory()  # noqa: SIM115  (removed when main returns)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache.name)
     params = sum(p.numel() for p in make_model(args.size).parameters())
     started = time.time()
     load_at_start = os.getloadavg()
