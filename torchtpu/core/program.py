@@ -52,8 +52,7 @@ class Program:
 
     def __call__(self, *dynamic):
         """Run it now (asynchronously)."""
-        with tensor.x64():
-            return self.fn(*dynamic)
+        return tensor.call_x64(self.fn, *dynamic)
 
 
 def conform(value, shape, dtype, what):

@@ -486,6 +486,19 @@ def x64():
     return jax.enable_x64(True)
 
 
+_X64 = jax.enable_x64  # the thread-local state behind x64(), switched directly on the per-op path
+
+
+def call_x64(fn, *args):
+    """``fn(*args)`` in JAX's 64-bit mode, as ``with x64():`` but with no context-manager object per
+    call (~1 us of a small eager op's ~15)."""
+    previous = _X64.swap_local(True)
+    try:
+        return fn(*args)
+    finally:
+        _X64.set_local(previous)
+
+
 # In a reader's view layout, in place of the storage offset: the offset is passed at run time.
 _RUNTIME_OFFSET = "offset at run time"
 
