@@ -234,8 +234,8 @@ def _looped_backward(grad_out, q, k, v, bias, logsumexp, causal, scale):
 
     total = _per_head_loop(row_total, q3, k3, bias3, shift)
 
-    def row_dot(q, k, v, g, bias, shift, total):  # sum_k P dP = dO . (P v), P v in float32
-        return jnp.sum(g * (probabilities(q, k, bias, shift, total) @ v), -1)
+    def row_dot(q, k, v, g, bias, shift, total):  # sum_k P dP from the same P and dP as grad_scores
+        return jnp.sum(probabilities(q, k, bias, shift, total) * (g @ v.T), -1)
 
     row = _per_head_loop(row_dot, q3, k3, v3, g3, bias3, shift, total)
 
