@@ -315,11 +315,12 @@ def goals(rows, colds):
     return "\n".join(lines)
 
 
-def _fresh_process(size, steps, config, env=None):
-    """One configuration's training row, measured in a new process (with an empty inductor cache:
-    inductor's disk caches, on by default, would otherwise skip AOTAutograd and its compile)."""
-    with tempfile.TemporaryDirectory() as inductor_cache:
-        env = {**(env or os.environ), "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
+def _fresh_process(size, steps, config, env=None, inductor_cache=None):
+    """One configuration's training row, measured in a new process (with an empty inductor cache
+    unless ``inductor_cache`` is given: torch's disk caches, on by default, would otherwise skip
+    AOTAutograd and inductor's compile)."""
+    with tempfile.TemporaryDirectory() as empty:
+        env = {**(env or os.environ), "TORCHINDUCTOR_CACHE_DIR": inductor_cache or empty}
         done = subprocess.run([sys.executable, __file__, "--size", size, "--steps", str(steps), "--configs", config,
                                "--train-only", "--json"], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])[config]
@@ -357,13 +358,14 @@ def cold_table(colds, ptxla_row):
 
 
 def warm_start(size, steps):
-    """Time to the end of step 2 of the compiled training step, in a fresh process with an empty
-    disk cache and then in a second one that finds it full (TORCHTPU_CACHE_DIR)."""
+    """Time to the end of step 2 of the compiled training step, in a fresh process with empty
+    disk caches and then in a second one that finds them full: XLA's programs (TORCHTPU_CACHE_DIR)
+    and AOTAutograd's graphs (in TORCHINDUCTOR_CACHE_DIR)."""
     colds = []
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as inductor_cache:
         env = {**os.environ, "TORCHTPU_CACHE_DIR": cache}
         for _ in range(2):
-            colds.append(_fresh_process(size, steps, "tpu compiled", env)["cold"])
+            colds.append(_fresh_process(size, steps, "tpu compiled", env, inductor_cache)["cold"])
     return "\n".join([
         "### Warm start from the disk cache (compiled training step, a new process each)", "",
         "| process | cold (to end of step 2) s |", "|---|---|",

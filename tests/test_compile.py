@@ -247,6 +247,50 @@ def test_disk_cache_lets_a_new_process_skip_compiling(tmp_path):
     assert disk_hits() > 0, "a second process loads the programs instead of compiling them"
 
 
+_TRAINING_PROGRAM = """
+import json, torch, torchtpu
+from torch._dynamo.utils import counters
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+x = torch.randn(5, 8)
+on_tpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+on_tpu.load_state_dict(model.state_dict())
+on_tpu = on_tpu.to("tpu")
+out = torch.compile(on_tpu, backend="tpu")(x.to("tpu"))
+out.square().sum().backward()
+expected = model(x)
+expected.square().sum().backward()
+error = max((out.cpu() - expected).abs().max().item(),
+            *[(a.grad.cpu() - b.grad).abs().max().item() for a, b in zip(on_tpu.parameters(), model.parameters())])
+print(json.dumps({"error": error, **counters["aot_autograd"]}))
+"""
+
+
+def test_aot_autograd_cache_serves_a_new_process(tmp_path):
+    """With torchtpu's disk cache on, a second process finds the first one's AOTAutograd graphs in
+    AOTAutograd's disk cache (forward and backward bundled) and computes the same values and
+    gradients as CPU; with it off, AOTAutograd's cache is not used."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch")}
+    env.pop("TORCHTPU_CACHE_DIR", None)
+
+    def run(**settings):
+        done = subprocess.run([sys.executable, "-c", _TRAINING_PROGRAM], env={**env, **settings}, capture_output=True,
+                              text=True, timeout=300, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    off = run()
+    assert not {"autograd_cache_saved", "autograd_cache_hit", "autograd_cache_miss"} & set(off), off
+    first, second = (run(TORCHTPU_CACHE_DIR=str(tmp_path / "torchtpu")) for _ in range(2))
+    assert first.get("autograd_cache_saved") == 1 and "autograd_cache_hit" not in first, first
+    assert second.get("autograd_cache_hit") == 1 and "autograd_cache_miss" not in second, second
+    assert max(off["error"], first["error"], second["error"]) < 1e-5, (off, first, second)
+
+
 def test_dump_dir_gets_the_stablehlo_of_each_graph(tmp_path, monkeypatch):
     monkeypatch.setattr(torchtpu.config.current, "dump_dir", str(tmp_path))
     torch.compile(lambda x: x.cos() + 1, backend="tpu")(torch.randn(4, device="tpu"))

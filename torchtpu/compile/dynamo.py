@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import functools
+import hashlib
 import pathlib
 import pkgutil
 import time
@@ -12,6 +14,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 import torch
+from torch._inductor.output_code import OutputCode
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from ..core import dtypes, tensor
@@ -340,29 +343,124 @@ def _fall_back(kind, reason):
     warnings.warn(f"torchtpu: {reason}; this {kind} graph runs op by op in eager mode instead")
 
 
-def _compiler(kind):
-    from functorch.compile import make_boxed_compiler
+# The node metadata a cached graph keeps: the values' shapes and dtypes, and where in the
+# user's code each node came from (``torchtpu tune analyze`` reports it).
+_PICKLED_META = ("val", "stack_trace")
 
-    @make_boxed_compiler
+
+class GraphCode(OutputCode):
+    """One AOTAutograd graph as AOTAutograd's cache stores it: the graph itself (pickled with
+    ``GraphPickler``), turned into a :class:`CompiledGraph` when first called.  A new process
+    that finds the entry skips Dynamo's graph going through AOTAutograd (its functionalization,
+    decomposition and partitioning: seconds for a training step); XLA's programs come from
+    XLA's own disk cache (``TORCHTPU_CACHE_DIR``) or are compiled again."""
+
+    def __init__(self, gm: torch.fx.GraphModule, kind: str, graph=None):
+        self.gm, self.kind = gm, kind
+        self._graph = graph  # CompiledGraph, or the graph module itself where it runs op by op
+        # Called with the list of inputs.  An instance attribute: torch._dynamo.disable, which
+        # wraps the backward, copies the instance's __dict__ onto its wrapper.
+        self._boxed_call = True
+
+    def __call__(self, args):
+        if self._graph is None:
+            self._graph = _compiled_graph(self.gm, self.kind)
+        return self._graph(*args)
+
+    def __copy__(self):  # the cache copies an entry before saving it: no pickling round trip
+        return GraphCode(self.gm, self.kind, self._graph)
+
+    def prepare_for_serialization(self) -> None:
+        self._graph = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        pass
+
+    def __getstate__(self):
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+        from torch.fx._graph_pickler import GraphPickler, Options
+
+        nodes = list(self.gm.graph.nodes)
+        metas = [node.meta for node in nodes]
+        try:  # with only the metadata torchtpu reads: the rest (provenance, module stacks) took seconds
+            for node, meta in zip(nodes, metas):
+                node.meta = {key: meta[key] for key in _PICKLED_META if key in meta}
+            graph = GraphPickler.dumps(self.gm, Options(ops_filter=None))
+        except Exception as error:  # an opaque Python object in the graph (a Pallas kernel, say)
+            raise BypassAOTAutogradCache(f"torchtpu: the {self.kind} graph cannot be pickled: {error}") from error
+        finally:
+            for node, meta in zip(nodes, metas):
+                node.meta = meta
+        return {"gm": graph, "kind": self.kind}
+
+    def __setstate__(self, state):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx._graph_pickler import GraphPickler
+
+        gm = GraphPickler.loads(state["gm"], FakeTensorMode())
+        gm.recompile()  # its forward, which a graph run op by op calls
+        self.__init__(gm, state["kind"])
+
+
+def _compiled_graph(gm, kind):
+    """A graph's CompiledGraph, or the graph module itself (op by op) where it cannot be one."""
+    try:
+        return CompiledGraph(gm, kind)
+    except fx.UnsupportedGraph as error:
+        _fall_back(kind, str(error).removeprefix("torchtpu: "))
+        return gm
+
+
+def _compiler(kind, cached: bool):
+    """The compiler of one kind of AOTAutograd graph; ``cached``: one AOTAutograd's cache can store."""
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
     def compile_graph(gm, example_inputs):
-        try:
-            return CompiledGraph(gm, kind)
-        except fx.UnsupportedGraph as error:
-            _fall_back(kind, str(error).removeprefix("torchtpu: "))
-            return gm
+        return GraphCode(gm, kind, _compiled_graph(gm, kind))
 
-    return compile_graph
+    return SerializableAOTDispatchCompiler(GraphCode, compile_graph) if cached else compile_graph
+
+
+@functools.cache
+def _sources_digest() -> str:
+    """A digest of torchtpu's sources, which decide how graphs are traced (custom ops, autograd kernels)."""
+    digest = hashlib.sha256()
+    root = pathlib.Path(__file__).resolve().parent.parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cache_tag(table: dict) -> str:
+    """What AOTAutograd's cache key must add for torchtpu's graphs: its sources and the
+    decompositions they are traced with (to the user's own tag, if any)."""
+    ops = hashlib.sha256(" ".join(sorted(map(str, table))).encode()).hexdigest()[:16]
+    return "/".join(t for t in (torch.compiler.config.cache_key_tag, f"torchtpu-{_sources_digest()}-{ops}") if t)
 
 
 def tpu_backend(gm, example_inputs, **kwargs):
-    """The Dynamo backend: ``torch.compile(model, backend="tpu")``."""
+    """The Dynamo backend: ``torch.compile(model, backend="tpu")``.
+
+    With torchtpu's disk cache on (``TORCHTPU_CACHE_DIR``), AOTAutograd's own disk cache serves
+    it too, as it serves inductor (switched off the same way: ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``),
+    each entry bundling its graphs (:class:`GraphCode`), with torchtpu's sources in the key.
+    Only then: storing a training step's graphs costs its first process seconds."""
     from torch._dynamo.backends.common import aot_autograd
 
+    cached = compile_cache.disk_cache_dir() is not None
+    table = decompositions.for_graphs()
     backend = aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
-        decompositions=decompositions.for_graphs(),
+        fw_compiler=_compiler("forward", cached),
+        bw_compiler=_compiler("backward", cached),
+        inference_compiler=_compiler("inference", cached),
+        decompositions=table,
         keep_inference_input_mutations=True,  # the graph updates its inputs itself (CompiledGraph)
     )
-    return backend(gm, example_inputs, **kwargs)
+    if not cached:
+        return backend(gm, example_inputs, **kwargs)
+    # The backward's graph is made with the forward's (not at the first backward, outside this
+    # context), so that the entry is saved here, bundled.
+    with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+            torch.compiler.config.patch(cache_key_tag=_cache_tag(table)):
+        return backend(gm, example_inputs, **kwargs)

@@ -63,8 +63,18 @@ def describe_change(old: tuple, new: tuple) -> str:
 # ---- on disk ------------------------------------------------------------------------------------------
 
 
+_disk_cache_dir: str | None = None
+
+
+def disk_cache_dir() -> str | None:
+    """The directory ``enable_disk_cache`` opened, or None."""
+    return _disk_cache_dir
+
+
 def enable_disk_cache(directory) -> None:
-    """Keep every compiled program in ``directory`` (XLA's persistent compilation cache)."""
+    """Keep every compiled program in ``directory`` (XLA's persistent compilation cache), and let
+    ``torch.compile(backend="tpu")`` use AOTAutograd's disk cache (compile/dynamo.py)."""
+    global _disk_cache_dir
     from jax._src import compilation_cache
 
     pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
@@ -72,6 +82,7 @@ def enable_disk_cache(directory) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # eager ops compile fast, and add up
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     compilation_cache.reset_cache()  # JAX decides once whether to use the cache; let it decide again
+    _disk_cache_dir = str(directory)
 
 
 def _count_disk_hits(event: str, **kwargs) -> None:

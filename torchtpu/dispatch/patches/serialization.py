@@ -100,27 +100,41 @@ def _tpu(self, device=None, non_blocking=False):
 
 
 def storage_from_pickle(host):
-    """Unpickle a tpu storage from its CPU copy (typed or untyped, as it was pickled)."""
-    if isinstance(host, torch.storage.TypedStorage):
-        return torch.storage.TypedStorage(
-            wrap_storage=storage_from_host(host._untyped_storage), dtype=host.dtype, _internal=True
-        )
-    return storage_from_host(host)
+    """Unpickle a tpu storage from its CPU copy (typed or untyped, as it was pickled), for real
+    even where a fake tensor mode is active (AOTAutograd's cache loads graphs' constants under one)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        if isinstance(host, torch.storage.TypedStorage):
+            return torch.storage.TypedStorage(
+                wrap_storage=storage_from_host(host._untyped_storage), dtype=host.dtype, _internal=True
+            )
+        return storage_from_host(host)
 
 
 _original_reduce_untyped = _StorageBase.__reduce__
 _original_reduce_typed = torch.storage.TypedStorage.__reduce__
 
 
+def _host_copy(storage):
+    """A tpu storage's CPU copy, made for real even where a fake tensor mode is active (a graph's
+    tensor constants are pickled under one: AOTAutograd's cache)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return storage.cpu()
+
+
 def _reduce_untyped(self):
     if self.device.type == "tpu":
-        return (storage_from_pickle, (self.cpu(),))
+        return (storage_from_pickle, (_host_copy(self),))
     return _original_reduce_untyped(self)
 
 
 def _reduce_typed(self):
     if self._untyped_storage.device.type == "tpu":
-        host = torch.storage.TypedStorage(wrap_storage=self._untyped_storage.cpu(), dtype=self.dtype, _internal=True)
+        host = torch.storage.TypedStorage(wrap_storage=_host_copy(self._untyped_storage), dtype=self.dtype,
+                                          _internal=True)
         return (storage_from_pickle, (host,))
     return _original_reduce_typed(self)
 
