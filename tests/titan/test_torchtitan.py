@@ -23,7 +23,8 @@ pytest.importorskip("torchtitan", reason="the TorchTitan extra is not installed 
 REFERENCE = "tests/titan/cpu_reference.py"
 ON_CPU = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # torchtpu not loaded: TorchTitan's device lookup finds none
 STEPS = 3
-TIMEOUT = 300
+# A hang guard, not a speed limit: a run takes 1-2.5 min alone, and CI's other worker can double that.
+TIMEOUT = 600
 
 
 def flags(tokenizer: str, data: str, dump, flavor: str = "debugmodel", model: str = "llama3") -> list[str]:
