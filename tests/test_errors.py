@@ -165,3 +165,28 @@ def test_uniform_message_matches_cpu():
         return torch.zeros(4, device=d).uniform_(3, -1)
 
     assert str(_raised(uniform, "tpu")) == str(_raised(uniform, "cpu"))
+
+
+# ---- grouped products ----------------------------------------------------------------------
+
+
+def _grouped(a_shape, b_shape, offs=(3, 8), dtype=torch.float32, offs_dtype=torch.int32, **kwargs):
+    def call(device):
+        a, b = torch.ones(a_shape, dtype=dtype, device=device), torch.ones(b_shape, dtype=dtype, device=device)
+        ends = None if offs is None else torch.tensor(offs, dtype=offs_dtype, device=device)
+        return torch._grouped_mm(a, b, offs=ends, **kwargs)
+    return call
+
+
+@pytest.mark.parametrize("call, match", [
+    (_grouped((8, 4), (2, 4, 8), dtype=torch.float64), "Float32, BFloat16 or Float16"),
+    (_grouped((8, 4), (2, 4, 8), offs_dtype=torch.int64), "Offsets have to be int32"),
+    (_grouped((8, 4), (2, 4, 8), offs=None), "Have to provide offsets"),
+    (_grouped((2, 8, 4), (2, 4, 8)), "no offset if both matrices are 3d"),
+    (_grouped((8, 4), (3, 4, 8)), "matrix batch sizes have to match"),
+    (_grouped((8, 4), (2, 8, 8)), "contraction dimension of mat_a and mat_b must match"),
+    (_grouped((8,), (2, 4, 8)), "mat_a has to be 2 or 3d"),
+    (_grouped((8, 4), (2, 4, 8), bias=None, out_dtype=torch.bfloat16), "output dtype must match"),
+], ids=["dtype", "offs dtype", "no offs", "offs for 3d", "groups", "contraction", "1d", "out dtype"])
+def test_grouped_product_errors_like_cpu(call, match):
+    assert_raises_like_cpu(call, match)

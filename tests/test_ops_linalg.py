@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from oracle import check
+from oracle import assert_same, check, check_grad, to_device
 
 NAN = float("nan")
 
@@ -115,6 +115,58 @@ def test_product_gradients():
 
     check(program, rand(3, 4).requires_grad_(), rand(4, 4, seed=1).requires_grad_(), rand(4, seed=2).requires_grad_(),
           rand(2, 4, 4, seed=3).requires_grad_())
+
+
+# ---- grouped products (torch._grouped_mm, mixture-of-experts layers) -----------------------------
+
+GROUP_ENDS = torch.tensor([3, 3, 8, 16], dtype=torch.int32)  # the second group is empty
+
+# (CPU wants every row of an operand to start 16 bytes after the previous one.)
+# name -> (mat_a, mat_b, offs): rows of mat_a by group, columns of mat_b by group, K by group, batched
+GROUPED_PRODUCTS = {
+    "rows": lambda dtype: (rand(16, 8, dtype=dtype), rand(4, 16, 8, dtype=dtype, seed=1).transpose(-2, -1), GROUP_ENDS),
+    "columns": lambda dtype: (rand(4, 6, 8, dtype=dtype), rand(8, 16, dtype=dtype, seed=1), GROUP_ENDS),
+    "contraction": lambda dtype: (rand(6, 16, dtype=dtype), rand(16, 8, dtype=dtype, seed=1), GROUP_ENDS),
+    "batched": lambda dtype: (rand(4, 6, 8, dtype=dtype), rand(4, 8, 16, dtype=dtype, seed=1), None),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", GROUPED_PRODUCTS)
+def test_grouped_products_and_their_gradients(layout, dtype):
+    mat_a, mat_b, offs = GROUPED_PRODUCTS[layout](dtype)
+    tolerance = dict(atol=5e-2, rtol=2e-2) if dtype != torch.float32 else dict(atol=1e-4, rtol=1e-4)
+    check_grad(lambda a, b: torch._grouped_mm(a, b, offs=None if offs is None else offs.to(a.device)),
+               mat_a, mat_b, **tolerance)
+
+
+def test_rows_past_the_last_group_come_out_zero():
+    """CPU and CUDA leave them unwritten (whatever memory held); tpu writes zeros, the value
+    TorchTitan's experts loop gives its alignment padding."""
+    a, b = rand(19, 8).requires_grad_(), rand(4, 8, 16, seed=1).requires_grad_()
+    grad = rand(19, 16, seed=2)
+    expected = torch._grouped_mm(a, b, offs=GROUP_ENDS)
+    (expected[:16] * grad[:16]).sum().backward()
+    ta, tb = to_device(a, "tpu"), to_device(b, "tpu")
+    actual = torch._grouped_mm(ta, tb, offs=GROUP_ENDS.to("tpu"))
+    (actual * grad.to("tpu")).sum().backward()
+    assert_same(actual[:16], expected[:16], atol=1e-4, rtol=1e-4)
+    assert torch.equal(actual[16:].cpu(), torch.zeros(3, 16))
+    assert_same(ta.grad[:16], a.grad[:16], atol=1e-4, rtol=1e-4)
+    assert torch.equal(ta.grad[16:].cpu(), torch.zeros(3, 8))
+    assert_same(tb.grad, b.grad, atol=1e-4, rtol=1e-4)  # the padding rows add nothing to the weights' gradients
+
+
+def test_grouped_products_compile():
+    """Under torch.compile PyTorch's meta kernel admits bfloat16 only (CUDA's rule)."""
+    a, b = rand(16, 8, dtype=torch.bfloat16), rand(4, 8, 16, dtype=torch.bfloat16, seed=1)
+
+    def experts(a, b, offs):
+        return torch.nn.functional.silu(torch._grouped_mm(a, b, offs=offs)) * 2
+
+    compiled = torch.compile(experts, backend="tpu", fullgraph=True)
+    assert_same(compiled(a.to("tpu"), b.to("tpu"), GROUP_ENDS.to("tpu")), experts(a, b, GROUP_ENDS),
+                atol=5e-2, rtol=2e-2)
 
 
 def test_trace_and_cross():

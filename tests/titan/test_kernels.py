@@ -47,3 +47,46 @@ def test_the_replacement_is_still_needed():
     tokens, starts, offsets, total = regrouping_inputs(torch.Generator().manual_seed(0), 2, 2, alignment=4)
     with pytest.raises(RuntimeError, match="active drivers"):
         original(tokens.to("tpu"), starts.to("tpu"), offsets.to("tpu"), 2, 2, total)
+
+
+# ---- the experts loop ----------------------------------------------------------------------
+
+from torchtitan.models.moe import moe  # noqa: E402
+
+
+def experts_inputs(seed: int, counts: list[int], padding: int, dim: int = 16, hidden: int = 32):
+    generator = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(len(counts), *shape, generator=generator) / 4
+               for shape in ((hidden, dim), (dim, hidden), (hidden, dim))]
+    tokens = torch.randn(sum(counts) + padding, dim, generator=generator)
+    return [*weights, tokens, torch.tensor(counts)]
+
+
+@pytest.mark.parametrize("counts, padding", [([3, 0, 5, 4], 0), ([1, 7, 0, 0], 5), ([0, 0, 0, 6], 2)])
+def test_the_experts_loop_on_tpu_gives_the_loops_results_and_gradients(counts, padding):
+    loop = moe._run_experts_for_loop.__torchtpu_original__
+    cpu = [t.requires_grad_(t.is_floating_point()) for t in experts_inputs(0, counts, padding)]
+    tpu = [t.detach().to("tpu").requires_grad_(t.is_floating_point()) for t in cpu]
+    expected, actual = loop(*cpu), moe._run_experts_for_loop(*tpu)
+    torch.testing.assert_close(actual.cpu(), expected, atol=1e-5, rtol=1e-5)
+    grad = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1))
+    expected.backward(grad)
+    actual.backward(grad.to("tpu"))
+    for c, t in zip(cpu[:4], tpu[:4]):
+        torch.testing.assert_close(t.grad.cpu(), c.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_the_experts_loop_on_tpu_compiles_nothing_new_when_the_counts_change():
+    """TorchTitan's loop runs each expert in the shape of its token count: with new counts at every
+    step, every step compiled new programs. The replacement's shapes are the tokens' own."""
+    def step(seed, counts):
+        inputs = [t.to("tpu").requires_grad_(t.is_floating_point()) for t in experts_inputs(seed, counts, 0)]
+        moe._run_experts_for_loop(*inputs).sum().backward()
+        return inputs[3].grad.cpu()
+
+    for seed in range(3):  # small integer ops (the counts' sum) compile at their third meeting with a shape
+        step(seed, [3, 0, 5, 4])
+    before = sum(torch.tpu.compile_stats().values())
+    step(3, [6, 2, 2, 2])
+    step(4, [0, 12, 0, 0])
+    assert sum(torch.tpu.compile_stats().values()) == before

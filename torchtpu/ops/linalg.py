@@ -12,9 +12,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 from jax.scipy import linalg as jsl
 
+from ..core import dtypes
+from ..runtime import device as runtime_device
 from ..runtime import precision
 from .common import is_complex, is_integer
 from .reduction import HALF_TYPES, accumulator
@@ -123,6 +126,72 @@ def trace(x):
 def linalg_cross(x, other, *, dim=-1):
     shape = jnp.broadcast_shapes(x.shape, other.shape)
     return jnp.cross(jnp.broadcast_to(x, shape), jnp.broadcast_to(other, shape), axis=dim)
+
+
+# ---- grouped products (mixture-of-experts layers) ------------------------------------------------
+
+_GROUPED_MM_TYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """CPU's argument checks; PyTorch's meta kernel has CUDA's instead (bfloat16 only)."""
+    for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
+        if mat.dim() not in (2, 3):
+            raise RuntimeError(f"{name} has to be 2 or 3d")
+        if mat.dtype not in _GROUPED_MM_TYPES:
+            raise RuntimeError(f"Expected {name} to be Float32, BFloat16 or Float16 matrix, "
+                               f"got {dtypes.scalar_type_name(mat.dtype)}")
+    if mat_a.dtype != mat_b.dtype:
+        raise RuntimeError(f"Expected mat_a and mat_b to have the same dtype, got "
+                           f"{dtypes.scalar_type_name(mat_a.dtype)} and {dtypes.scalar_type_name(mat_b.dtype)}")
+    if (offs is not None) != (mat_a.dim() == 2 or mat_b.dim() == 2):
+        raise RuntimeError("Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
+    if offs is not None and (offs.dim() != 1 or offs.dtype != torch.int32):
+        raise RuntimeError("Offsets have to be int32" if offs.dtype != torch.int32 else "offs has to be 1D")
+    if bias is not None:
+        raise RuntimeError("Bias not supported yet")
+    if out_dtype is not None and out_dtype != mat_a.dtype:
+        raise RuntimeError("Grouped gemm output dtype must match `mat_a` dtype")
+    if (mat_a.dim() == 3 or mat_b.dim() == 3) and mat_a.shape[-1] != mat_b.shape[-2]:
+        raise RuntimeError("contraction dimension of mat_a and mat_b must match")
+    groups = mat_a.shape[0] if mat_a.dim() == 3 else mat_b.shape[0] if mat_b.dim() == 3 else None
+    if offs is not None and groups is not None and offs.shape[0] != groups:
+        raise RuntimeError("matrix batch sizes have to match")
+
+
+def _grouped_mm_shape(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    if mat_a.dim() == 2 and mat_b.dim() == 2:  # groups along K: one product per group
+        shape = (offs.shape[0], mat_a.shape[0], mat_b.shape[1])
+    elif mat_a.dim() == 2:  # groups of rows of mat_a, one matrix of mat_b each
+        shape = (mat_a.shape[0], mat_b.shape[-1])
+    elif mat_b.dim() == 2:  # groups of columns of mat_b, one matrix of mat_a each
+        shape = (mat_a.shape[1], mat_b.shape[1])
+    else:
+        shape = (mat_a.shape[0], mat_a.shape[1], mat_b.shape[-1])
+    return mat_a.new_empty(shape)
+
+
+# ``offs`` holds where each group ends (cumulative sizes). Rows (or columns) past the last
+# end belong to no group: their results are zeros (CPU and CUDA leave them unwritten). On TPU
+# ragged_dot is one grouped matrix-unit program; elsewhere XLA expands it into masked dense
+# products, exact, at (groups)x the work.
+@lower(aten._grouped_mm.default, meta=_grouped_mm_shape, check=_check_grouped_mm)
+def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    if offs is None:
+        return _product("gmk,gkn->gmn", mat_a, mat_b)
+    accumulate = accumulator(mat_a.dtype)
+    options = dict(precision=precision.matmul(), preferred_element_type=accumulate)
+    if runtime_device.platform() == "cpu":  # XLA:CPU's expanded dot has no half x half -> float32 kernel
+        mat_a, mat_b = mat_a.astype(accumulate), mat_b.astype(accumulate)
+    sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
+    if mat_a.ndim == 2 and mat_b.ndim == 2:
+        numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [0]), ([], [])),
+                                                lhs_ragged_dimensions=[1], rhs_group_dimensions=[])
+        return lax.ragged_dot_general(mat_a, mat_b, sizes, numbers, **options)
+    if mat_a.ndim == 2:
+        return lax.ragged_dot(mat_a, mat_b, sizes, **options)
+    # groups of mat_b's columns: the transposed product has them as groups of rows
+    return lax.ragged_dot(mat_b.T, jnp.swapaxes(mat_a, 1, 2), sizes, **options).T
 
 
 # ---- helpers for factorizations -------------------------------------------------------------

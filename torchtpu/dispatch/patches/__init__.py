@@ -7,7 +7,8 @@
 - ``default_compiler``: ``torch.compile(model)`` (inductor, the default) compiles tpu graphs with ``backend="tpu"``.
 - ``torchvision_ops``: ``import torchvision`` works when PyPI's CUDA torchvision sits beside a CPU torch.
 - ``transformer_encoder``: ``nn.TransformerEncoder``'s padded-batch fast path runs dense on tpu (no nested tensors).
-- ``torchtitan_kernels``: TorchTitan's one Triton kernel (expert parallelism's token regrouping) on tpu.
+- ``torchtitan_kernels``: TorchTitan's one Triton kernel (expert parallelism's token regrouping) and its
+  experts loop (grouped products instead: fixed shapes) on tpu.
 """
 
 from . import (accelerator, default_compiler, flex_attention, module_to, serialization, torchtitan_kernels,

@@ -1,4 +1,4 @@
-"""TorchTitan 0.2.2 on tpu: the one kernel it launches with Triton, in torch ops.
+"""TorchTitan 0.2.2's mixture-of-experts layers on tpu: its Triton kernel, and its experts loop.
 
 Expert parallelism (``--parallelism.expert_parallel_degree``) regroups the
 tokens each process receives by local expert with
@@ -6,9 +6,18 @@ tokens each process receives by local expert with
 (Triton has no driver for tpu: "0 active drivers"). For tpu tensors it is
 replaced by :func:`fill_indices`, the same indices from a few vectorised
 ops on the device (no host round trip); other devices keep the kernel.
-The replacement is made when TorchTitan imports that module
-(``install()`` adds an import hook at ``import torchtpu``, as ``torchvision_ops``
-does), so TorchTitan is never imported on torchtpu's account.
+
+Off CUDA's sm90, TorchTitan runs the experts as a Python loop
+(``torchtitan.models.moe.moe._run_experts_for_loop``): the token counts
+copied to the host every layer, and each expert's products in the shapes of
+its count, new shapes at every step, each one a new program to compile for
+XLA. For tpu tensors outside ``torch.compile`` it is replaced by
+:func:`run_experts`, the same products as three grouped matrix products
+(``torch._grouped_mm``) in the tokens' dtype: fixed shapes, no host sync.
+
+Each replacement is made when TorchTitan imports its module (``install()``
+adds an import hook at ``import torchtpu``, as ``torchvision_ops`` does), so
+TorchTitan is never imported on torchtpu's account.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ import importlib.util
 import sys
 
 import torch
+import torch.nn.functional as F
 
 KERNELS = "torchtitan.models.moe.kernels"
+EXPERTS = "torchtitan.models.moe.moe"
 
 
 def fill_indices(tokens_per_expert_group: torch.Tensor, start_index_values: torch.Tensor,
@@ -59,17 +70,49 @@ def _on_tpu_or_kernel(kernel):
     return fill_indices_wrapper
 
 
+def run_experts(w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor, x: torch.Tensor,
+                num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
+    """TorchTitan's experts loop (SwiGLU feed-forward per expert over its run of the sorted tokens)
+    as grouped products; the rows past the last expert's (alignment padding) come out zero, as
+    the loop pads them."""
+    ends = torch.cumsum(num_tokens_per_expert, dim=0, dtype=torch.int32)
+    h = F.silu(torch._grouped_mm(x, w1.transpose(-2, -1), offs=ends))
+    h = h * torch._grouped_mm(x, w3.transpose(-2, -1), offs=ends)
+    return torch._grouped_mm(h, w2.transpose(-2, -1), offs=ends)
+
+
+def _on_tpu_or_loop(loop):
+    @functools.wraps(loop)
+    def _run_experts_for_loop(w1, w2, w3, x, num_tokens_per_expert):
+        # Under torch.compile PyTorch's meta kernel takes bfloat16 grouped products only.
+        if x.device.type != "tpu" or torch.compiler.is_compiling():
+            return loop(w1, w2, w3, x, num_tokens_per_expert)
+        return run_experts(w1, w2, w3, x, num_tokens_per_expert)
+
+    _run_experts_for_loop.__torchtpu_original__ = loop
+    return _run_experts_for_loop
+
+
 def patch_kernels(module) -> None:
     """Point ``module.fill_indices_wrapper`` (TorchTitan's kernels module) at the tpu-aware version."""
     if not hasattr(module.fill_indices_wrapper, "__torchtpu_original__"):
         module.fill_indices_wrapper = _on_tpu_or_kernel(module.fill_indices_wrapper)
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds TorchTitan's kernels module through the other finders and patches it once it has run."""
+def patch_experts(module) -> None:
+    """Point ``module._run_experts_for_loop`` (TorchTitan's MoE module) at the tpu-aware version."""
+    if not hasattr(module._run_experts_for_loop, "__torchtpu_original__"):
+        module._run_experts_for_loop = _on_tpu_or_loop(module._run_experts_for_loop)
+
+
+PATCHES = {KERNELS: patch_kernels, EXPERTS: patch_experts}
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Finds TorchTitan's patched modules through the other finders; each one's loader patches it once it has run."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != KERNELS:
+        if name not in PATCHES:
             return None
         sys.meta_path.remove(self)  # let the regular finders find it
         try:
@@ -78,20 +121,26 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return None
-        self._loader = spec.loader
-        spec.loader = self
+        spec.loader = _PatchingLoader(spec.loader, PATCHES[name])
         return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader, patch):
+        self._loader, self._patch = loader, patch
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        patch_kernels(module)
+        self._patch(module)
 
 
 def install() -> None:
-    if KERNELS in sys.modules:
-        patch_kernels(sys.modules[KERNELS])
-    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not all(name in sys.modules for name in PATCHES) and not any(
+            isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _PatchAfterImport())
