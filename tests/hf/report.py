@@ -148,6 +148,17 @@ trained LoRA weights equal CPU's while the base weights stay as they were,
 saved from `tpu` loads back.  Nothing in peft needed a change for the
 PrivateUse1 device.
 
+**Mixture-of-experts layers.** transformers 5 runs experts with
+`experts_implementation="grouped_mm"` by default, and on `tpu` that is
+`torch._grouped_mm`, one grouped product per projection over all the routed
+tokens (`jax.lax.ragged_dot`), so a new routing keeps every shape: Mixtral and
+Qwen3-MoE compile nothing new after warm-up, with losses and expert
+gradients equal to CPU's
+(`test_mixture_of_experts_layers_compile_nothing_new_when_the_routing_changes`).
+Before the op was lowered, PyTorch's fallback multiplied expert by expert in
+the shape of each count: 33-45 new programs and 3.6-5.6 s per tiny training
+step, against 0 and 0.12-0.15 s now.
+
 **Compiled decoding.** With `cache_implementation="static"` every decode
 step has the same shapes.  On a `tpu` device transformers compiles the decode
 step itself (backend `"tpu"`, static shapes), and with the model's forward

@@ -13,7 +13,7 @@ import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from .architectures import BY_NAME
-from .harness import build_inputs, build_model, logits, on
+from .harness import build_inputs, build_model, cpu_and_tpu_models, logits, on
 
 WORDS = "the a cat dog sat ran on under mat log and then slept barked".split()
 
@@ -122,3 +122,30 @@ def test_trainer_trains_on_tpu(tmp_path, monkeypatch):
 def test_trainer_default_fused_adamw_on_tpu(tmp_path, monkeypatch):
     losses = train_with(tmp_path, monkeypatch)  # optim="adamw_torch_fused": aten::_fused_adamw_
     assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4, losses
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe"])
+def test_mixture_of_experts_layers_compile_nothing_new_when_the_routing_changes(name):
+    """transformers' default experts path (``grouped_mm``) on tpu is one grouped product per
+    projection over all the routed tokens, whatever each expert receives (torch._grouped_mm's
+    own fallback, a product per expert in the shape of its count, compiled new programs at
+    every step). Losses and gradients stay CPU's."""
+    arch = BY_NAME[name]
+    cpu_model, tpu_model = cpu_and_tpu_models(arch)
+    assert tpu_model.config._experts_implementation == "grouped_mm"
+
+    def step(model, inputs):
+        model.zero_grad()
+        loss = model(**inputs, labels=inputs["input_ids"]).loss
+        loss.backward()
+        return loss.detach(), next(p for n, p in model.named_parameters() if "experts" in n).grad
+
+    for seed in range(1, 4):  # small integer ops (the routing counts) compile at their third meeting with a shape
+        step(tpu_model, on("tpu", build_inputs(arch, seed=seed)))
+    before = sum(torch.tpu.compile_stats().values())
+    inputs = build_inputs(arch, seed=7)
+    loss, grad = step(tpu_model, on("tpu", inputs))
+    assert sum(torch.tpu.compile_stats().values()) == before
+    expected_loss, expected_grad = step(cpu_model, inputs)
+    torch.testing.assert_close(loss.cpu(), expected_loss, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad.cpu(), expected_grad, rtol=1e-4, atol=1e-5)
