@@ -93,6 +93,19 @@ def _fallback_kernel(keyset, op, *args, **kwargs):
     return fallback.fallback(op, args, kwargs)
 
 
+def _fake_kernel(op, lowering):
+    """Fake tensors on tpu: the lowering's checks and result shapes; elsewhere PyTorch's meta kernel."""
+    from torch._decomp import meta_table
+
+    def fake(*args, **kwargs):
+        if not any(isinstance(a, torch.Tensor) and a.device.type == "tpu" for a in args):
+            return meta_table[op](*args, **kwargs)
+        lowering.check(*args, **kwargs)
+        return lowering.meta(*args, **kwargs)
+
+    return fake
+
+
 def _library(namespace, kind, key):
     lib = torch.library.Library(namespace, kind, key)
     _libraries.append(lib)
@@ -120,6 +133,10 @@ def register_kernels() -> None:
     own = _library(NAMESPACE, "IMPL", "PrivateUse1")  # the ops torchtpu defines (ops/registry.define)
     for op in [op for op in LOWERINGS if op.namespace == NAMESPACE]:
         own.impl(op._schema.name.split("::")[1], lowered_kernel(op))
+    for op, lowering in LOWERINGS.items():
+        if lowering.fake:
+            torch.library.register_fake(op, _fake_kernel(op, lowering), lib=_library("aten", "FRAGMENT", ""),
+                                        allow_override=True)
     catch_all = _library("_", "IMPL", "PrivateUse1")
     catch_all.fallback(_fallback_kernel, with_keyset=True)
     autocast.register(_library)

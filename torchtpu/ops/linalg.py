@@ -134,7 +134,7 @@ _GROUPED_MM_TYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _check_grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
-    """CPU's argument checks; PyTorch's meta kernel has CUDA's instead (bfloat16 only)."""
+    """CPU's argument checks; PyTorch's meta kernel has CUDA's instead (bfloat16 only), also under torch.compile."""
     for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
         if mat.dim() not in (2, 3):
             raise RuntimeError(f"{name} has to be 2 or 3d")
@@ -175,7 +175,7 @@ def _grouped_mm_shape(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 # end belong to no group: their results are zeros (CPU and CUDA leave them unwritten). On TPU
 # ragged_dot is one grouped matrix-unit program; elsewhere XLA expands it into masked dense
 # products, exact, at (groups)x the work.
-@lower(aten._grouped_mm.default, meta=_grouped_mm_shape, check=_check_grouped_mm)
+@lower(aten._grouped_mm.default, meta=_grouped_mm_shape, check=_check_grouped_mm, fake=True)
 def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     if offs is None:
         return _product("gmk,gkn->gmn", mat_a, mat_b)

@@ -42,6 +42,9 @@ class Lowering:
     # The op's result shapes, from meta tensors, where PyTorch's own meta kernel fails on valid
     # arguments (the fused LSTM cell's reads the device of its optional biases).
     meta: Callable | None = None
+    # PyTorch's meta kernel refuses valid tpu arguments under torch.compile as well (it holds CUDA's
+    # rules): fake tensors on tpu get ``check`` and ``meta`` instead; other devices keep PyTorch's.
+    fake: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -67,7 +70,8 @@ def register(op, lowering: Lowering) -> None:
     LOWERINGS[op] = lowering
 
 
-def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None, meta=None):
+def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes=(), check=None, meta=None,
+          fake=False):
     """Register ``fn`` as the lowering of each OpOverload (or every overload of a packet)."""
 
     def decorate(fn):
@@ -78,7 +82,8 @@ def lower(*ops, static_numbers=False, data_dependent=False, random=False, writes
                 else [op]
             )
             for overload in overloads:
-                register(overload, Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check, meta))
+                register(overload, Lowering(fn, static_numbers, data_dependent, random, tuple(writes), check, meta,
+                                             fake))
         return fn
 
     return decorate
