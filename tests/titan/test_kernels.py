@@ -62,12 +62,15 @@ def experts_inputs(seed: int, counts: list[int], padding: int, dim: int = 16, hi
     return [*weights, tokens, torch.tensor(counts)]
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("counts, padding", [([3, 0, 5, 4], 0), ([1, 7, 0, 0], 5), ([0, 0, 0, 6], 2)])
-def test_the_experts_loop_on_tpu_gives_the_loops_results_and_gradients(counts, padding):
+def test_the_experts_loop_on_tpu_gives_the_loops_results_and_gradients(counts, padding, compiled):
     loop = moe._run_experts_for_loop.__torchtpu_original__
     cpu = [t.requires_grad_(t.is_floating_point()) for t in experts_inputs(0, counts, padding)]
     tpu = [t.detach().to("tpu").requires_grad_(t.is_floating_point()) for t in cpu]
-    expected, actual = loop(*cpu), moe._run_experts_for_loop(*tpu)
+    replacement = torch.compile(moe._run_experts_for_loop, backend="tpu", fullgraph=True) if compiled else \
+        moe._run_experts_for_loop
+    expected, actual = loop(*cpu), replacement(*tpu)
     torch.testing.assert_close(actual.cpu(), expected, atol=1e-5, rtol=1e-5)
     grad = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1))
     expected.backward(grad)

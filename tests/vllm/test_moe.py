@@ -34,19 +34,26 @@ def _moe_block(norm_topk_prob: bool, dtype: torch.dtype) -> Qwen3MoeSparseMoeBlo
     return block.to(dtype)
 
 
-def _tpu_moe(x, gate, w13, w2, top_k, renormalize):
+def _dense_moe(x, gate, w13, w2, top_k, renormalize):
     weights = moe.routing_weights(x @ gate.t(), top_k, renormalize, x.dtype)
     return moe.dense_experts(x, w13, w2, weights, MoEActivation.SILU)
 
 
+def _grouped_moe(x, gate, w13, w2, top_k, renormalize):
+    top, ids = moe.top_routes(x @ gate.t(), top_k, renormalize)
+    return moe.grouped_experts(x, w13, w2, top, ids, MoEActivation.SILU)
+
+
+@pytest.mark.parametrize("experts", [_dense_moe, _grouped_moe], ids=["dense", "grouped"])
 @pytest.mark.parametrize("norm_topk_prob", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_dense_experts_equal_transformers_moe_block(norm_topk_prob, dtype):
+def test_compiled_experts_equal_transformers_moe_block(norm_topk_prob, dtype, experts):
+    """Dense (XLA:CPU's path) and grouped (TPU's and GPU's: sparse_experts_pay) experts."""
     block = _moe_block(norm_topk_prob, dtype)
     x = torch.randn(16, block.gate.hidden_dim).to(dtype)
     with torch.no_grad():
         expected = block(x[None])[0]
-        step = torch.compile(_tpu_moe, backend="tpu", fullgraph=True, dynamic=False)
+        step = torch.compile(experts, backend="tpu", fullgraph=True, dynamic=False)
         args = [t.to("tpu") for t in (x, block.gate.weight, block.experts.gate_up_proj, block.experts.down_proj)]
         got = step(*args, block.gate.top_k, norm_topk_prob).cpu()
     # bfloat16: XLA:CPU fuses the weighting into the sum over experts and skips rounding each

@@ -26,8 +26,10 @@ from ..runtime import caches, compile_cache, context, metrics, precision, rng
 
 # What Dynamo may trace into: user-level programs (tools, integrations), the helpers of
 # torch.tpu that compiled user code calls (pallas's op wrappers, bucketing), and the
-# device check torchtpu puts in front of PyTorch's flex attention, which Dynamo traces.
-TRACEABLE = ("tools", "integrations", "api.pallas", "api.bucketing", "dispatch.patches.flex_attention")
+# device check torchtpu puts in front of PyTorch's flex attention, and the TorchTitan functions
+# torchtpu replaces (TorchTitan compiles its blocks), which Dynamo traces.
+TRACEABLE = ("tools", "integrations", "api.pallas", "api.bucketing", "dispatch.patches.flex_attention",
+             "dispatch.patches.torchtitan_kernels")
 
 
 def runtime_modules() -> list[str]:

@@ -11,7 +11,7 @@ Off CUDA's sm90, TorchTitan runs the experts as a Python loop
 (``torchtitan.models.moe.moe._run_experts_for_loop``): the token counts
 copied to the host every layer, and each expert's products in the shapes of
 its count, new shapes at every step, each one a new program to compile for
-XLA. For tpu tensors outside ``torch.compile`` it is replaced by
+XLA (and graph breaks under ``torch.compile``). For tpu tensors it is replaced by
 :func:`run_experts`, the same products as three grouped matrix products
 (``torch._grouped_mm``) in the tokens' dtype: fixed shapes, no host sync.
 
@@ -84,8 +84,7 @@ def run_experts(w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor, x: torch.T
 def _on_tpu_or_loop(loop):
     @functools.wraps(loop)
     def _run_experts_for_loop(w1, w2, w3, x, num_tokens_per_expert):
-        # Under torch.compile PyTorch's meta kernel takes bfloat16 grouped products only.
-        if x.device.type != "tpu" or torch.compiler.is_compiling():
+        if x.device.type != "tpu":
             return loop(w1, w2, w3, x, num_tokens_per_expert)
         return run_experts(w1, w2, w3, x, num_tokens_per_expert)
 

@@ -8,11 +8,14 @@ general plugin registers :class:`TpuFusedMoEMethod` in place of
 *monolithic* in vLLM's terms: it takes the router logits and does the routing
 itself, so vLLM's router is never called.
 
-The experts run densely: every token goes through every expert and the outputs
-are summed with each token's routing weights, zero for the experts outside its
-top k. The shapes depend only on the step's token bucket, so the step compiles
-to one program per bucket; the cost is ``num_experts / top_k`` times the
-sparse computation's, which a tiny or small model does not notice.
+On TPU and GPU the experts run sparsely: the (token, expert) pairs sorted by
+expert go through grouped products (``torch._grouped_mm``, ``jax.lax.ragged_dot``),
+``tokens * top_k`` rows whatever the routing. On XLA:CPU, which expands a grouped
+product into one masked product per expert, they run densely instead: every
+token through every expert, the outputs summed with each token's routing
+weights, zero outside its top k (``num_experts / top_k`` times the sparse work,
+``1 / top_k`` times the expanded grouped one). Either way the shapes depend only
+on the step's token bucket, so the step compiles to one program per bucket.
 
 vLLM calls an MoE layer through an opaque custom op (``vllm.moe_forward``)
 on an out-of-tree platform, which the compiled step cannot lower; on its own
@@ -35,6 +38,8 @@ from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.runner import moe_runner
 from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
 
+from torchtpu.runtime import device as runtime_device
+
 # The gated activations of an expert's first projection (``[gate, up]`` halves).
 GATED_ACTIVATIONS = {
     MoEActivation.SILU: F.silu,
@@ -43,13 +48,19 @@ GATED_ACTIVATIONS = {
 }
 
 
-def routing_weights(router_logits: torch.Tensor, top_k: int, renormalize: bool, dtype: torch.dtype) -> torch.Tensor:
-    """``[tokens, experts]``: each token's weight for each expert, zero outside its top ``top_k``."""
+def top_routes(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's top ``top_k`` experts: their float32 weights and their ids, ``[tokens, top_k]`` each."""
     probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
     top, ids = torch.topk(probs, top_k, dim=-1)
     if renormalize:
         top = top / top.sum(dim=-1, keepdim=True)
-    return torch.zeros_like(probs).scatter(-1, ids, top).to(dtype)
+    return top, ids
+
+
+def routing_weights(router_logits: torch.Tensor, top_k: int, renormalize: bool, dtype: torch.dtype) -> torch.Tensor:
+    """``[tokens, experts]``: each token's weight for each expert, zero outside its top ``top_k``."""
+    top, ids = top_routes(router_logits, top_k, renormalize)
+    return torch.zeros_like(router_logits, dtype=torch.float32).scatter(-1, ids, top).to(dtype)
 
 
 def dense_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
@@ -63,6 +74,29 @@ def dense_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights:
     # Zero-weighted experts add exact zeros: in float32 with top-2 routing the
     # sum is the sparse sum's. transformers also scales in the activations' dtype.
     return (out * weights.t().unsqueeze(-1)).sum(dim=0)
+
+
+def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top: torch.Tensor, ids: torch.Tensor,
+                    activation: MoEActivation) -> torch.Tensor:
+    """Each token through its top k experts only: the (token, expert) pairs sorted by expert,
+    two grouped products over them (``torch._grouped_mm``), the weighted results summed back
+    per token. The shapes are ``tokens * top_k`` rows whatever the routing."""
+    pairs = ids.reshape(-1)
+    order = torch.argsort(pairs, stable=True)
+    token = order // ids.shape[1]
+    counts = torch.zeros(w13.shape[0], dtype=torch.int32, device=x.device).scatter_add(
+        0, pairs, torch.ones_like(pairs, dtype=torch.int32))
+    ends = counts.cumsum(0, dtype=torch.int32)
+    gate, up = torch._grouped_mm(x[token], w13.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+    out = torch._grouped_mm(GATED_ACTIVATIONS[activation](gate) * up, w2.transpose(1, 2), offs=ends)
+    weighted = out * top.reshape(-1)[order].to(x.dtype).unsqueeze(-1)
+    return torch.zeros_like(x).index_add(0, token, weighted)
+
+
+def sparse_experts_pay() -> bool:
+    """Grouped (sparse) experts where the compiler has a grouped product (TPU, GPU); XLA:CPU
+    expands it into one masked product per expert, which costs ``top_k`` times the dense path."""
+    return runtime_device.platform() != "cpu"
 
 
 def check_config(vllm_config) -> None:
@@ -131,10 +165,14 @@ class TpuFusedMoEMethod(UnquantizedFusedMoEMethod):
         super().process_weights_after_loading(layer)
         # Set now, not by the first step inside the compiled region (a guard: one more compile).
         self.moe_quant_config = self.get_fused_moe_quant_config(layer)
+        self.sparse = sparse_experts_pay()  # asked here: the device lookup is not traceable
         call_runner_directly(self._layers_by_name[layer.layer_name])
 
     def apply_monolithic(self, layer, x: torch.Tensor, router_logits: torch.Tensor,
                          input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if self.sparse:
+            top, ids = top_routes(router_logits, layer.top_k, layer.renormalize)
+            return grouped_experts(x, layer.w13_weight, layer.w2_weight, top, ids, layer.activation)
         weights = routing_weights(router_logits, layer.top_k, layer.renormalize, x.dtype)
         return dense_experts(x, layer.w13_weight, layer.w2_weight, weights, layer.activation)
 
