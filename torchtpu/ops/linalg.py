@@ -173,8 +173,8 @@ def _grouped_mm_shape(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 
 # ``offs`` holds where each group ends (cumulative sizes). Rows (or columns) past the last
 # end belong to no group: their results are zeros (CPU and CUDA leave them unwritten). On TPU
-# ragged_dot is one grouped matrix-unit program; elsewhere XLA expands it into masked dense
-# products, exact, at (groups)x the work.
+# and GPU ragged_dot is one grouped program; XLA:CPU expands it into masked dense products,
+# exact, at (groups)x the work.
 @lower(aten._grouped_mm.default, meta=_grouped_mm_shape, check=_check_grouped_mm, fake=True)
 def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     if offs is None:
