@@ -21,7 +21,7 @@ def step():
     y = torch.tanh(x @ w)
     torch.tpu.synchronize()
 faulted = []
-for _ in range(15):  # the heap grows now and then over the first ten steps or so, then settles
+for _ in range(25):  # the heap grows now and then, mostly over the first ten steps or so
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
     faulted.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize())
@@ -44,7 +44,8 @@ def test_freed_results_are_reused_rather_than_faulted_in_again():
     applied_off, mib_off = _fresh_memory_per_step(TORCHTPU_REUSE_HOST_MEMORY="0")
     assert (applied, applied_off) == (True, False)
     assert mib_off > 16, "the setting off: each step maps its 32 MiB result afresh"
-    assert mib < 4, f"the setting on: {mib:.1f} MiB of new memory per step"
+    # Alone it is 0 MiB; on a loaded host (CI's other worker) the heap grew in more steps once (16 MiB).
+    assert mib < mib_off / 4, f"the setting on: {mib:.1f} MiB of new memory per step, off: {mib_off:.1f}"
 
 
 def test_a_tpu_or_gpu_host_keeps_mallocs_defaults(monkeypatch):
