@@ -65,6 +65,12 @@ def test_tensor_parallel_mlp(two_ranks):
     print(*timing, sep="\n")
 
 
+def test_ranks_whose_graphs_differ_in_operands_run_one_program(two_ranks):
+    """A vocabulary-parallel embedding whose index range and scale are each rank's own numbers:
+    one compiled graph, equal to CPU; graphs that differ in their ops raise on every rank."""
+    _judge(two_ranks, "rank_numbers")
+
+
 def test_fsdp2_training_steps(two_ranks):
     """fully_shard MLP under torch.compile: 2 SGD steps equal the CPU reference.  On torch
     2.13 FSDP2's hooks are dynamo-disabled, so its collectives run eagerly between the

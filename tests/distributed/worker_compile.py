@@ -324,6 +324,44 @@ def scenario_tp(c):
               f"compiled median {medians['compiled']:.2f} ms", flush=True)
 
 
+# ---- (3b) each rank's own numbers in the graph -------------------------------------------------
+
+
+def scenario_rank_numbers(c):
+    """A vocabulary-parallel embedding: each rank's graph bakes in its own index range and scale,
+    so the ranks' graphs differ in those numbers alone; they still compile to one program."""
+    group = dist.group.WORLD
+    rows = 5
+    torch.manual_seed(0)
+    table = torch.randn(rows * WORLD, 3)
+    start, end, scale = RANK * rows, (RANK + 1) * rows, RANK + 0.5
+    ids = torch.tensor([0, rows * WORLD - 1, rows, 3, rows + 1, 2 * rows - 1])
+
+    def embed(ids, shard):
+        inside = (ids >= start) & (ids < end)
+        rows_here = shard[(ids - start) * inside] * inside.unsqueeze(-1)
+        return funcol.all_reduce(rows_here * scale, "sum", group)
+
+    want = table[ids] * torch.tensor([(i // rows) + 0.5 for i in ids.tolist()]).unsqueeze(-1)
+    before, fallbacks = metrics()
+    f = torch.compile(embed, backend="tpu")
+    for call in range(2):
+        c.equal(f"rank_numbers: call {call} vs CPU", f(ids.to(DEV), table[start:end].to(DEV)), want, atol=1e-6)
+    after, _ = metrics()
+    graphs = after.get("compiled graph inference", 0) - before.get("compiled graph inference", 0)
+    c.true("rank_numbers: one compiled graph", graphs == 1, str(after))
+    c.true("rank_numbers: no graph fallback", metrics()[1] == fallbacks, str(torch.tpu.metrics()["graph_fallbacks"]))
+
+    # ranks whose graphs differ in more than numbers: a clear error on every rank, not a hang
+    def differs(x):
+        y = x * 2 if RANK == 0 else x.sin()
+        return funcol.all_reduce(y, "sum", group)
+
+    c.raises("rank_numbers: graphs of other ops are refused", RuntimeError,
+             ["ranks compile different programs", "same compiled graphs"],
+             lambda: torch.compile(differs, backend="tpu")(torch.ones(3, device=DEV)))
+
+
 # ---- (4) FSDP2 ---------------------------------------------------------------------------------
 
 
@@ -374,7 +412,8 @@ def scenario_fsdp(c):
 
 
 SCENARIOS = {"all_reduce": scenario_all_reduce, "gather_scatter": scenario_gather_scatter,
-             "mesh2d": scenario_mesh2d, "tp": scenario_tp, "fsdp": scenario_fsdp}
+             "mesh2d": scenario_mesh2d, "tp": scenario_tp, "rank_numbers": scenario_rank_numbers,
+             "fsdp": scenario_fsdp}
 
 
 def main(c):

@@ -25,7 +25,10 @@ such a graph compiles to ONE XLA program with its collectives inside:
 Before the first compile of each program, the processes of the mesh compare
 what they are about to compile through the c10d store: a rank that compiles
 another graph, other shapes, or never arrives raises a clear error instead of
-hanging in XLA.
+hanging in XLA.  Numbers an op takes as an operand may differ: a shard's own
+index range (``ids >= 64`` on rank 1 where rank 0 has ``ids >= 0``, as vLLM's
+vocabulary-parallel embedding bakes in) becomes an input of the one program,
+each process's block holding its own value.
 
 What falls back (the graph runs op by op, counted in
 ``torch.tpu.metrics()["graph_fallbacks"]`` with the reason): groups that are
@@ -39,8 +42,10 @@ functionalize a custom op whose output aliases an input.)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import json
 
 import jax
 import numpy as np
@@ -203,8 +208,28 @@ class GraphPlan:
             groups = tuple(sorted(set(self.node_groups.values())))
             self.mesh = _graph_mesh(groups, dist.get_rank())
         self.code = _fingerprint(gm, {name: self.mesh.axes_of[ranks] for name, ranks in names.items()})
+        self.numbers = [(node, name, value) for node in gm.graph.nodes for name, value in _operands(node).items()]
+        self.varying = {}  # node -> {argument: index in rank_values}: its operands that differ between processes
+        self.rank_values = []  # this process's values of those numbers
+        self._traced_rank_values = None  # their traced values while the program is traced
 
     # -- lowering
+
+    def arguments(self, node):
+        """The node's ``(args, kwargs)`` in the program: a number that differs between the processes
+        (a shard's own vocabulary range, say) is this process's value, passed in at run time."""
+        replace = self.varying.get(node)
+        if not replace or self._traced_rank_values is None:
+            return node.args, node.kwargs
+        return _with_operands(node, {name: self._traced_rank_values[i] for name, i in replace.items()})
+
+    @contextlib.contextmanager
+    def tracing(self, rank_values):
+        self._traced_rank_values = rank_values
+        try:
+            yield
+        finally:
+            self._traced_rank_values = None
 
     def lower(self, node, args, kwargs):
         name = _op_name(node.target)
@@ -216,14 +241,20 @@ class GraphPlan:
     # -- the SPMD program
 
     def shard(self, fn, arrays, numbers, label):
-        _agree(self.mesh, f"{label} code={self.code} mesh={self.mesh.describe()}")
-        return Sharded(self.mesh, fn, arrays, numbers)
+        mine = [value for _, _, value in self.numbers]
+        every = _agree(self.mesh, f"{label} code={self.code} mesh={self.mesh.describe()}", mine)
+        self.varying, self.rank_values = {}, []
+        for i, (node, name, value) in enumerate(self.numbers):
+            if any(json.dumps(theirs[i]) != json.dumps(value) for theirs in every):
+                self.varying.setdefault(node, {})[name] = len(self.rank_values)
+                self.rank_values.append(value)
+        return Sharded(self.mesh, fn, arrays, numbers, self)
 
 
 class Sharded:
     """A graph's function as a ``shard_map`` over the mesh, and the conversions around it."""
 
-    def __init__(self, mesh: GraphMesh, fn, arrays, numbers):
+    def __init__(self, mesh: GraphMesh, fn, arrays, numbers, plan: GraphPlan):
         self.mesh = mesh
         self.spec = PartitionSpec(mesh.names)
         self.sharding = NamedSharding(mesh.jax_mesh, self.spec)
@@ -231,14 +262,20 @@ class Sharded:
         shapes = [tuple(a.shape) for a in arrays]
         self.scalar_outputs = []  # per output leaf: 0-dim (it travels as (1,))
 
+        # The numbers that differ between processes travel as arrays: one block of one value per process.
+        self.rank_values = [np.asarray([v], np.int64 if isinstance(v, int) else np.float64) for v in plan.rank_values]
+        self._global_rank_values = None
+        arrays_in = len(shapes) + len(self.rank_values)
+
         def body(*values):
             blocks = [b.reshape(shape) for b, shape in zip(values, shapes)]
-            results = fn(*blocks, *values[len(shapes):])
+            with plan.tracing([v.reshape(()) for v in values[len(shapes):arrays_in]]):
+                results = fn(*blocks, *values[arrays_in:])
             leaves, tree = jax.tree.flatten(results)
             self.scalar_outputs = [leaf.ndim == 0 for leaf in leaves]
             return jax.tree.unflatten(tree, [leaf.reshape(1) if leaf.ndim == 0 else leaf for leaf in leaves])
 
-        in_specs = (self.spec,) * len(arrays) + (PartitionSpec(),) * len(numbers)
+        in_specs = (self.spec,) * arrays_in + (PartitionSpec(),) * len(numbers)
         self.fn = jax.shard_map(body, mesh=mesh.jax_mesh, in_specs=in_specs, out_specs=self.spec, check_vma=False)
 
     def __call__(self, *values):
@@ -246,7 +283,9 @@ class Sharded:
 
     def to_global(self, arrays) -> list:
         runtime.wait_for_inputs(arrays)  # collectives in issue order on every rank (see runtime.run)
-        return [self._globalize(a) for a in arrays]
+        if self._global_rank_values is None:
+            self._global_rank_values = [self._globalize(jax.device_put(v, self.device)) for v in self.rank_values]
+        return [self._globalize(a) for a in arrays] + self._global_rank_values
 
     def _globalize(self, local):
         if local.ndim == 0:
@@ -279,16 +318,17 @@ HANDLER = _Handler()
 _sequence: dict = {}  # mesh ranks -> SPMD programs this process compiled over them
 
 
-def _agree(mesh: GraphMesh, mine: str) -> None:
+def _agree(mesh: GraphMesh, mine: str, numbers: list) -> list[list]:
     """Every process of the mesh is about to compile the same program: checked through the
-    c10d store (the store's timeout bounds the wait), so a mismatch is an error, not a hang."""
+    c10d store (the store's timeout bounds the wait), so a mismatch is an error, not a hang.
+    Returns every process's ``numbers`` (its graph's operands, ``_operands``), in mesh order."""
     if mesh.size == 1:
-        return
+        return [numbers]
     _sequence[mesh.ranks] = count = _sequence.get(mesh.ranks, 0) + 1
     prefix = f"torchtpu/compiled_graph/{'-'.join(map(str, mesh.ranks))}/{count}"
     store = dist.distributed_c10d._get_default_store()
     rank = dist.get_rank()
-    store.set(f"{prefix}/{rank}", mine)
+    store.set(f"{prefix}/{rank}", json.dumps([mine, numbers]))
     keys = [f"{prefix}/{r}" for r in mesh.ranks]
     try:
         store.wait(keys)
@@ -296,29 +336,61 @@ def _agree(mesh: GraphMesh, mine: str) -> None:
         absent = [r for r, k in zip(mesh.ranks, keys) if not store.check([k])]
         raise RuntimeError(f"torchtpu: rank(s) {absent} did not reach the compile of the SPMD program #{count} over "
                            f"ranks {list(mesh.ranks)} ({mine}) within the store's timeout: {error}") from error
+    every = []
     for r, key in zip(mesh.ranks, keys):
-        theirs = store.get(key).decode()
+        theirs, their_numbers = json.loads(store.get(key).decode())
+        every.append(their_numbers)
         if theirs != mine:
             raise RuntimeError(
                 f"torchtpu: ranks compile different programs over ranks {list(mesh.ranks)} (program #{count}): "
                 f"rank {rank} has {mine}; rank {r} has {theirs}. Every rank of a group must run the same "
                 f"compiled graphs with the same shapes, in the same order")
+    return every
+
+
+def _operands(node: torch.fx.Node) -> dict[str, int | float]:
+    """The numbers an op node takes as operands (a ``Tensor``, ``Scalar`` or ``float`` argument: the
+    bound in ``ids >= 64``, a scale), by argument name. Numbers that are sizes, dims or indices are
+    not operands: a rank whose graph has others runs a program of another shape."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return {}
+    found = {}
+    for i, argument in enumerate(node.target._schema.arguments):
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and str(argument.type).rstrip("?") in ("Tensor", "number", "float"):
+            found[argument.name] = value
+    return found
+
+
+def _with_operands(node: torch.fx.Node, values: dict[str, object]):
+    """The node's ``(args, kwargs)`` with the operands named in ``values`` replaced."""
+    names = [a.name for a in node.target._schema.arguments]
+    args = tuple(values.get(names[i], a) for i, a in enumerate(node.args))
+    return args, {name: values.get(name, a) for name, a in node.kwargs.items()}
 
 
 def _fingerprint(gm, axes_of_name) -> str:
     """The graph as the processes of its mesh must agree on it: its nodes, with each group
-    named by its mesh axes (ranks on different rows of a mesh name their groups apart)."""
+    named by its mesh axes (ranks on different rows of a mesh name their groups apart), the
+    numbers its ops take as operands by their type only (each rank's shard may bake in its own),
+    and the tpu device without its index (each process's chip is its own ``tpu:k``)."""
 
     def canonical(a):
         if isinstance(a, torch.fx.Node):
             return a.name
         if isinstance(a, str) and a in axes_of_name:
             return f"group{axes_of_name[a]}"
+        if isinstance(a, torch.device) and a.type == "tpu":
+            return "device(tpu)"
         return a
 
-    text = "\n".join(f"{n.op} {n.target} {torch.fx.node.map_aggregate((n.args, n.kwargs), canonical)}"
-                     for n in gm.graph.nodes)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
+    def text(node):
+        operands = {name: type(value).__name__ for name, value in _operands(node).items()}
+        arguments = _with_operands(node, operands) if operands else (node.args, node.kwargs)
+        return f"{node.op} {node.target} {torch.fx.node.map_aggregate(arguments, canonical)}"
+
+    return hashlib.sha1("\n".join(text(n) for n in gm.graph.nodes).encode()).hexdigest()[:16]
 
 
 # ---- the lowerings ------------------------------------------------------------------------------

@@ -269,7 +269,8 @@ def to_jax_function(gm: torch.fx.GraphModule, plan: spmd.Plan | None = None):
                 env[target] = _conform(source, target.meta["val"], node.target)
                 env[node] = env[target] if node.target is aten.copy_.default else None  # fsdp.copy_ returns ()
             elif node.op == "call_function":
-                env[node] = _call(node, value(node.args), value(node.kwargs), key, plan, symbols)
+                args, kwargs = (node.args, node.kwargs) if plan is None else plan.arguments(node)
+                env[node] = _call(node, value(args), value(kwargs), key, plan, symbols)
             elif node.op == "output":
                 return value(node.args[0]), [env[n] for n in mutated]
         raise AssertionError("graph without an output node")

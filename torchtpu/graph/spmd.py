@@ -12,6 +12,8 @@ use that namespace.
 A graph with such nodes gets a ``Plan`` (``fx.spmd_plan(gm)``):
 
 - ``lower(node, args, kwargs)`` gives a node's value inside the program;
+- ``arguments(node)`` gives any node's arguments inside it (numbers that differ
+  between processes, such as a shard's own index range, become run-time values);
 - when ``spans_processes``, the graph's jax function runs as SPMD: ``shard``
   wraps it (a function of this process's arrays) into a ``Sharded``: a
   function of global arrays, one block per process along dim 0 (a
@@ -38,6 +40,10 @@ class Plan(Protocol):
 
     def lower(self, node: torch.fx.Node, args, kwargs):
         """The node's value (jax), traced inside the program ``shard`` makes."""
+
+    def arguments(self, node: torch.fx.Node):
+        """Any node's ``(args, kwargs)`` inside the program: its own, or with the numbers that
+        differ between the processes (each rank's shard bakes in its own) as run-time values."""
 
     def shard(self, fn: Callable, arrays: list, numbers: list, label: str) -> "Sharded":
         """``fn(*arrays, *numbers) -> pytree of arrays`` on this process's blocks, as one SPMD

@@ -118,13 +118,6 @@ class TpuPlatform(Platform):
             # One worker process per chip, as under torchrun: each names its own
             # chip tpu:<local rank> among this many (LOCAL_WORLD_SIZE's role).
             config.set_for_child_processes("TORCHTPU_LOCAL_CHIPS", str(parallel_config.world_size))
-            model_config = vllm_config.model_config
-            if model_config is not None and not model_config.enforce_eager:
-                # Each rank's graph bakes in its own shard (the vocabulary range of its embedding),
-                # and torchtpu's SPMD path runs one identical program on every rank.
-                logger.warning("torchtpu: the compiled step does not run over %d ranks yet; the model runs op "
-                               "by op (enforce_eager)", parallel_config.world_size)
-                model_config.enforce_eager = True
         if parallel_config.enable_dbo:
             logger.warning_once("torchtpu: dual-batch overlap does not apply on tpu; disabled")
             parallel_config.enable_dbo = False
