@@ -256,7 +256,7 @@ x = torch.randn(5, 8)
 on_tpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
 on_tpu.load_state_dict(model.state_dict())
 on_tpu = on_tpu.to("tpu")
-out = torch.compile(on_tpu, backend="tpu")(x.to("tpu"))
+out = torch.compile(on_tpu, backend="tpu", dynamic=DYNAMIC)(x.to("tpu"))
 out.square().sum().backward()
 expected = model(x)
 expected.square().sum().backward()
@@ -266,10 +266,12 @@ print(json.dumps({"error": error, **counters["aot_autograd"]}))
 """
 
 
-def test_aot_autograd_cache_serves_a_new_process(tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_aot_autograd_cache_serves_a_new_process(tmp_path, dynamic):
     """With torchtpu's disk cache on, a second process finds the first one's AOTAutograd graphs in
     AOTAutograd's disk cache (forward and backward bundled) and computes the same values and
-    gradients as CPU; with it off, AOTAutograd's cache is not used."""
+    gradients as CPU; with it off, AOTAutograd's cache is not used. Dynamic graphs (symbolic
+    sizes) load too."""
     import json
     import os
     import subprocess
@@ -279,7 +281,8 @@ def test_aot_autograd_cache_serves_a_new_process(tmp_path):
     env.pop("TORCHTPU_CACHE_DIR", None)
 
     def run(**settings):
-        done = subprocess.run([sys.executable, "-c", _TRAINING_PROGRAM], env={**env, **settings}, capture_output=True,
+        program = f"DYNAMIC = {dynamic}\n" + _TRAINING_PROGRAM
+        done = subprocess.run([sys.executable, "-c", program], env={**env, **settings}, capture_output=True,
                               text=True, timeout=300, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 

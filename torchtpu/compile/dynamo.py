@@ -398,8 +398,10 @@ class GraphCode(OutputCode):
     def __setstate__(self, state):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx._graph_pickler import GraphPickler
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        gm = GraphPickler.loads(state["gm"], FakeTensorMode())
+        # A shape environment for the symbolic sizes of a dynamic graph (vLLM's steps, say)
+        gm = GraphPickler.loads(state["gm"], FakeTensorMode(shape_env=ShapeEnv()))
         gm.recompile()  # its forward, which a graph run op by op calls
         self.__init__(gm, state["kind"])
 
