@@ -113,6 +113,9 @@ class Config:
     vllm_pallas_attention: bool = _setting(
         False, parse_flag, "Run vLLM's attention through JAX's ragged paged-attention Pallas kernel off TPU too "
         "(in Pallas' TPU interpreter; slow, for testing).")
+    sglang_pallas_attention: bool = _setting(
+        False, parse_flag, "Run SGLang's attention through JAX's ragged paged-attention Pallas kernel off TPU too "
+        "(in Pallas' TPU interpreter; slow, for testing).")
     profile: str | None = _setting(
         None, _parse_path, "A JSON file of settings, `{\"settings\": {\"defer_and_fuse\": true}}` (as `torchtpu tune "
         "search` writes it), read at import; a variable set in the environment wins over the profile.")

@@ -23,7 +23,7 @@ KV_HEADS, Q_HEADS, HEAD, SLOTS, CONTEXT = 2, 4, 8, 256, 80
 SCALE = HEAD ** -0.5
 
 
-def causal_attention(q, k, v, window=None):
+def causal_attention(q, k, v, window=None, scale=SCALE):
     """Attention of the last len(q) positions of one request over all of its keys, in float32 on CPU."""
     n, length = q.shape[0], k.shape[0]
     position = torch.arange(length - n, length)[:, None]
@@ -34,7 +34,7 @@ def causal_attention(q, k, v, window=None):
     rep = Q_HEADS // KV_HEADS
     out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.repeat_interleave(rep, 1).transpose(0, 1)[None],
                                          v.repeat_interleave(rep, 1).transpose(0, 1)[None], attn_mask=mask,
-                                         scale=SCALE)
+                                         scale=scale)
     return out[0].transpose(0, 1)
 
 
@@ -122,3 +122,92 @@ def test_host_metadata_places_each_token_after_its_requests_cached_prefix():
     assert arrays["token_position"].tolist() == [3, 4, 0]
     assert arrays["token_cached"].tolist() == [3, 3, 0]
     assert int(arrays["cached_chunks"]) == 1
+
+
+# The ragged paged-attention kernel over SGLang's pool in its layout (kv_pool.py), interpreted here: head size
+# 128 (the kernel's lane width), pages of one slot (SGLang's default) or of four.
+KERNEL_HEAD = 128
+KERNEL_SCALE = KERNEL_HEAD ** -0.5
+
+
+def _interleaved_pool(page_size: int, dtype):
+    from torchtpu.integrations.sglang.kv_pool import InterleavedKVPool
+
+    return InterleavedKVPool(size=SLOTS - page_size, page_size=page_size, dtype=dtype, head_num=KV_HEADS,
+                             head_dim=KERNEL_HEAD, layer_num=1, device="tpu", enable_memory_saver=False)
+
+
+def _kernel_step(page_size: int, dtype):
+    """A decode step, a prefill and a prefix-cache hit written into an interleaved pool: cached keys by an
+    earlier step, the step's own keys now (the kernel reads every key from the pool)."""
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+    cached_lens, new_lens, request_rows = [21, 0, 9], [1, 10, 5], [3, 1, 2]
+    torch.manual_seed(0)
+    seq_lens = [c + n for c, n in zip(cached_lens, new_lens)]
+    keys = [torch.randn(n, KV_HEADS, KERNEL_HEAD).to(dtype) for n in seq_lens]
+    values = [torch.randn(n, KV_HEADS, KERNEL_HEAD).to(dtype) for n in seq_lens]
+    queries = [torch.randn(n, Q_HEADS, KERNEL_HEAD).to(dtype) for n in new_lens]
+    # Each request's pages scattered over the pool, none the reserved page 0; slots page-aligned.
+    pages = (torch.randperm(SLOTS // page_size - 1) + 1).tolist()
+    req_to_token = torch.zeros(4, CONTEXT, dtype=torch.int32)
+    for r, row in enumerate(request_rows):
+        own = [pages.pop() for _ in range(-(-seq_lens[r] // page_size))]
+        req_to_token[row, :seq_lens[r]] = torch.tensor([own[p // page_size] * page_size + p % page_size
+                                                        for p in range(seq_lens[r])], dtype=torch.int32)
+    pool = _interleaved_pool(page_size, dtype)
+    layer = SimpleNamespace(layer_id=0)
+    for r, row in enumerate(request_rows):
+        for span in (slice(0, cached_lens[r]), slice(cached_lens[r], seq_lens[r])):  # earlier step, this step
+            if span.stop > span.start:
+                loc = req_to_token[row, span].long().to("tpu")
+                pool.set_kv_buffer(layer, KVWriteLoc(loc, None), keys[r][span].to("tpu"), values[r][span].to("tpu"))
+    return pool, req_to_token, request_rows, (cached_lens, new_lens), (queries, keys, values)
+
+
+def _expected(step):
+    return torch.cat([causal_attention(q.float(), k.float(), v.float(), scale=KERNEL_SCALE) for q, k, v in zip(*step)])
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_over_the_interleaved_pool_matches_causal_attention(page_size, dtype):
+    from torchtpu.integrations import ragged_attention
+    from torchtpu.integrations.sglang.attention import kernel_metadata, kernel_page_indices
+
+    pool, req_to_token, rows, (cached_lens, new_lens), step = _kernel_step(page_size, dtype)
+    arrays = kernel_metadata(np.array(cached_lens), np.array(new_lens))
+    assert arrays["kv_lens"].tolist() == [22, 10, 14, 0]  # 3 requests padded to 4
+    assert arrays["cu_q_lens"].tolist() == [0, 1, 11, 16, 16]
+    meta = {name: torch.from_numpy(a).to("tpu") for name, a in arrays.items()}
+    page_indices = kernel_page_indices(req_to_token.to("tpu"), torch.tensor(rows, device="tpu"), 4, page_size)
+    assert page_indices.shape == (4, CONTEXT // page_size)
+    query = F.pad(torch.cat(step[0]), (0, 0, 0, 0, 0, 4))  # 16 tokens, 4 of padding: zeros out
+    out = ragged_attention.ragged_attention_op(KERNEL_SCALE, None, None)(
+        query.to("tpu"), pool.get_kv_pages(0), page_indices, meta["kv_lens"], meta["cu_q_lens"],
+        meta["num_seqs"]).float().cpu()
+
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(out[:16], _expected(step), **tol)
+    assert (out[16:] == 0).all()
+
+
+def test_the_interleaved_pool_is_sglangs_pool_to_the_rest_of_sglang():
+    """k_buffer/v_buffer are SGLang's [slots, heads, dim] views of the one buffer: what a write stores shows
+    through them, and the chunked op reads the same buffer (layers the kernel cannot take)."""
+    pool, req_to_token, rows, (cached_lens, new_lens), (queries, keys, values) = _kernel_step(1, torch.float32)
+    slots = req_to_token[rows[0], :cached_lens[0] + new_lens[0]].long()
+    assert pool.k_buffer[0].shape == (SLOTS, KV_HEADS, KERNEL_HEAD)
+    torch.testing.assert_close(pool.get_key_buffer(0).cpu()[slots], keys[0])
+    torch.testing.assert_close(pool.get_value_buffer(0).cpu()[slots], values[0])
+
+    arrays = host_metadata(np.array(cached_lens), np.array(new_lens))
+    meta = dict(zip(arrays, tensor.from_host_all([torch.from_numpy(a) for a in arrays.values()])))
+    tables = padded_block_tables(req_to_token.to("tpu"), torch.tensor(rows, device="tpu"))
+    new_keys = torch.cat([k[c:] for k, c in zip(keys, cached_lens)]).to("tpu")
+    new_values = torch.cat([v[c:] for v, c in zip(values, cached_lens)]).to("tpu")
+    op = chunked_attention_op(KERNEL_SCALE, None, None, 1, layout="interleaved")
+    out = op(torch.cat(queries).to("tpu"), new_keys, new_values, pool.get_kv_pages(0, page_size=1),
+             tables, meta["token_request"], meta["token_position"], meta["token_cached"],
+             meta["cached_chunks"]).cpu()
+    torch.testing.assert_close(out, _expected((queries, keys, values)), atol=1e-5, rtol=1e-5)

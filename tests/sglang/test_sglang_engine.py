@@ -151,3 +151,27 @@ def test_compiled_decode_equals_transformers_and_does_not_recompile(llama_path, 
     assert greedy(engine, prompts) == transformers_greedy(llama_path, prompts, MAX_TOKENS)
     served = capfd.readouterr().err
     assert "Recompiling function" not in served, served[-3000:]
+
+
+def test_the_ragged_paged_attention_kernel_serves_greedy_tokens(tmp_path, monkeypatch, capfd):
+    """SGLang's engine with the kernel asked for (interpreted here; a TPU's default) and a head size it
+    takes: the pool in the kernel's layout, greedy tokens equal transformers' in float32, on a radix-cache
+    hit, and with decode compiled (nothing compiled again while serving)."""
+    import tiny_models
+
+    monkeypatch.setitem(tiny_models.COMMON, "head_dim", 128)
+    monkeypatch.setenv("TORCHTPU_SGLANG_PALLAS_ATTENTION", "1")  # the scheduler process reads it at import
+    monkeypatch.setenv("TORCH_LOGS", "recompiles")
+    path = tiny_models.write_model(tmp_path, "llama")
+    prompts = PROMPTS[:3]
+    expected = transformers_greedy(path, prompts, MAX_TOKENS)
+    engine = start_engine(path, enable_torch_compile=True, log_level="warning")
+    try:
+        started = capfd.readouterr().err
+        assert "SGLang attention runs JAX's ragged paged-attention Pallas kernel" in started
+        assert greedy(engine, prompts) == expected
+        again = engine.generate(prompts[0], dict(GREEDY))  # the first prompt again: served from the radix cache
+        assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == expected[0]
+        assert "Recompiling function" not in capfd.readouterr().err
+    finally:
+        stop_engine()

@@ -21,7 +21,7 @@ from torchtpu.integrations.vllm.attention import build_host_metadata
 from torchtpu.runtime import device as runtime_device
 
 # Head size 128: the kernel's lane width. Blocks of 2 pages (8 positions) and 8 queries
-# (pallas_attention.INTERPRET_BLOCKS): the step below spans 2 query blocks and up to 2 KV blocks.
+# (ragged_attention.INTERPRET_BLOCKS): the step below spans 2 query blocks and up to 2 KV blocks.
 BLOCK, KV_HEADS, Q_HEADS, HEAD = 4, 2, 4, 128
 MAX_REQS, MAX_PAGES, NUM_BLOCKS = 4, 4, 10
 SCALE = HEAD ** -0.5

@@ -9,6 +9,14 @@ keys its request cached before the step (a prefix-cache hit, an earlier chunk
 of a chunked prefill, or the whole context of a decode step), a chunk of 64
 slots at a time. Prefill, decode and mixed batches are the same op.
 
+Where JAX's TPU ragged paged-attention kernel runs (on a TPU, or off it when
+``TORCHTPU_SGLANG_PALLAS_ATTENTION`` asks, interpreted), the platform gives
+SGLang the pool of ``kv_pool.py`` (keys and values interleaved in one buffer
+per layer, the kernel's layout) and each layer the kernel takes calls it with
+the step's per-request arrays (``ragged_attention.request_arrays``, padded to
+a power of two of requests); a layer it cannot take reads that buffer with the
+chunked op and the log says why, once.
+
 SGLang runs prefill (extend) batches op by op, and every op's program is
 compiled for the batch's token count, which the radix cache makes different
 at nearly every step. So an extend batch is padded to a token bucket
@@ -18,6 +26,7 @@ batch.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,11 +36,17 @@ from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 
+from torchtpu import config
+from torchtpu.api.bucketing import bucket_size
 from torchtpu.core import dtypes, tensor
 
+from .. import ragged_attention
 from ..paged_attention import chunk_pages, chunked_attention_op
+from .kv_pool import InterleavedKVPool
 
-# SGLang's pools hold one token per page (page_size 1).
+logger = logging.getLogger(__name__)
+
+# The chunked op reads SGLang's pools a slot at a time (pages of one slot, whatever `--page-size` is).
 PAGE_SIZE = 1
 SLOTS_PER_CHUNK = chunk_pages(PAGE_SIZE)
 
@@ -42,7 +57,24 @@ class TpuForwardMetadata:
     token_position: torch.Tensor  # [T] int64: the token's position in its sequence
     token_cached: torch.Tensor    # [T] int64: positions its request cached before this step
     cached_chunks: torch.Tensor   # [] int64: chunks of SLOTS_PER_CHUNK slots the longest cached prefix spans
-    block_tables: torch.Tensor    # [S, P] int32: the slots of each request, P a multiple of SLOTS_PER_CHUNK
+    block_tables: torch.Tensor | None  # [S, P] int32: the slots of each request, P a multiple of SLOTS_PER_CHUNK
+    # The ragged paged-attention kernel's view of the step, requests padded to a power of two (R):
+    page_indices: torch.Tensor | None = None  # [R, P'] the pages of each request
+    kv_lens: torch.Tensor | None = None       # [R] int32: each request's sequence length, 0 for padding
+    cu_q_lens: torch.Tensor | None = None     # [R + 1] int32: where each request's tokens start, then the count
+    num_seqs: torch.Tensor | None = None      # [1] int32: the requests of the step
+
+
+def kernel_wanted() -> bool:
+    """SGLang's attention runs the ragged paged-attention kernel on a TPU, and elsewhere when a setting asks
+    for it (in Pallas' TPU interpreter: slow, for testing)."""
+    return ragged_attention.on_tpu() or config.current.sglang_pallas_attention
+
+
+def kernel_metadata(cached_lens: np.ndarray, new_lens: np.ndarray) -> dict[str, np.ndarray]:
+    """The kernel's per-request arrays of a step, requests padded to a power of two."""
+    query_start = np.concatenate([[0], np.cumsum(new_lens)])
+    return ragged_attention.request_arrays(query_start, cached_lens + new_lens, bucket_size(len(new_lens)))
 
 
 def host_metadata(cached_lens: np.ndarray, new_lens: np.ndarray) -> dict[str, np.ndarray]:
@@ -91,8 +123,8 @@ def padded_step(forward_batch, arrays: dict[str, np.ndarray]) -> tuple[dict, dic
     def pad(values: np.ndarray, value: int) -> np.ndarray:
         return np.pad(values, (0, extra), constant_values=value)
 
-    padded = {"token_request": pad(arrays["token_request"], 0), "token_position": pad(arrays["token_position"], -1),
-              "token_cached": pad(arrays["token_cached"], 0), "cached_chunks": arrays["cached_chunks"]}
+    padded = {**arrays, "token_request": pad(arrays["token_request"], 0),
+              "token_position": pad(arrays["token_position"], -1), "token_cached": pad(arrays["token_cached"], 0)}
     positions = pad(arrays["token_position"], 0).astype(dtypes.to_jax(forward_batch.positions.dtype))
     inputs = {"input_ids": pad(forward_batch.input_ids.cpu().numpy(), 0), "positions": positions,
               "out_cache_loc": pad(forward_batch.out_cache_loc.cpu().numpy(), 0)}
@@ -122,12 +154,22 @@ class TpuAttnBackend(AttentionBackend):
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = model_runner.token_to_kv_pool
         self.forward_metadata: TpuForwardMetadata | None = None
-        # Each layer's op, made here: defining an op while Dynamo traces the forward fails.
-        self.layer_ops = {layer.layer_id: layer_op(layer) for layer in model_runner.model.modules()
-                          if isinstance(layer, RadixAttention)}
+        self.interleaved = isinstance(self.token_to_kv_pool, InterleavedKVPool)
+        # Each layer's op and whether it is the kernel, made here: defining an op while Dynamo traces the
+        # forward fails.
+        self.layer_ops = {layer.layer_id: layer_op(layer, self.token_to_kv_pool)
+                          for layer in model_runner.model.modules() if isinstance(layer, RadixAttention)}
+        self.kernel_layers = any(is_kernel for _, is_kernel in self.layer_ops.values())
+        self.chunked_layers = not all(is_kernel for _, is_kernel in self.layer_ops.values())
+
+    def _host_arrays(self, cached_lens: np.ndarray, new_lens: np.ndarray) -> dict[str, np.ndarray]:
+        arrays = host_metadata(cached_lens, new_lens)
+        if self.kernel_layers:
+            arrays.update(kernel_metadata(cached_lens, new_lens))
+        return arrays
 
     def init_forward_metadata(self, forward_batch) -> None:
-        arrays = host_metadata(*step_lengths(forward_batch))
+        arrays = self._host_arrays(*step_lengths(forward_batch))
         if not pads_to_bucket(forward_batch):
             self._upload(arrays, forward_batch.req_pool_indices)
             return
@@ -147,8 +189,14 @@ class TpuAttnBackend(AttentionBackend):
         names = [*arrays, *extra]
         uploaded = dict(zip(names, tensor.from_host_all([torch.from_numpy(a) for a in [*arrays.values(),
                                                                                          *extra.values()]])))
-        tables = padded_block_tables(self.req_to_token_pool.req_to_token, req_pool_indices)
-        self.forward_metadata = TpuForwardMetadata(**{name: uploaded[name] for name in arrays}, block_tables=tables)
+        req_to_token = self.req_to_token_pool.req_to_token
+        tables = padded_block_tables(req_to_token, req_pool_indices) if self.chunked_layers else None
+        pages = None
+        if self.kernel_layers:
+            pages = kernel_page_indices(req_to_token, req_pool_indices, len(arrays["kv_lens"]),
+                                        self.token_to_kv_pool.page_size)
+        self.forward_metadata = TpuForwardMetadata(**{name: uploaded[name] for name in arrays}, block_tables=tables,
+                                                   page_indices=pages)
         return {name: uploaded[name] for name in extra}
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache: bool = True, **kwargs):
@@ -164,9 +212,16 @@ class TpuAttnBackend(AttentionBackend):
         key = k.reshape(-1, layer.tp_k_head_num, layer.qk_head_dim)
         value = v.reshape(-1, layer.tp_v_head_num, layer.v_head_dim)
         meta = self.forward_metadata
-        out = self.layer_ops[layer.layer_id](query, key, value, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
-                 self.token_to_kv_pool.get_value_buffer(layer.layer_id), meta.block_tables, meta.token_request,
-                 meta.token_position, meta.token_cached, meta.cached_chunks)
+        op, is_kernel = self.layer_ops[layer.layer_id]
+        pool = self.token_to_kv_pool
+        if is_kernel:
+            out = op(query, pool.get_kv_pages(layer.layer_id), meta.page_indices, meta.kv_lens, meta.cu_q_lens,
+                     meta.num_seqs)
+        else:
+            caches = ((pool.get_kv_pages(layer.layer_id, page_size=PAGE_SIZE),) if self.interleaved
+                      else (pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)))
+            out = op(query, key, value, *caches, meta.block_tables, meta.token_request, meta.token_position,
+                     meta.token_cached, meta.cached_chunks)
         return out.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
     # The graph runner's hooks (SGLang's CPU graph runner, which the tpu runner extends).
@@ -182,18 +237,50 @@ class TpuAttnBackend(AttentionBackend):
         if not forward_mode.is_decode():
             raise NotImplementedError(f"torchtpu: the tpu graph runner compiles decode steps, not {forward_mode}")
         lengths = seq_lens.cpu().numpy().astype(np.int64)
-        self._upload(host_metadata(lengths - 1, np.ones_like(lengths)), req_pool_indices)
+        self._upload(self._host_arrays(lengths - 1, np.ones_like(lengths)), req_pool_indices)
 
     def support_triton(self):
         return False
 
 
-def layer_op(layer):
-    """The paged-attention op of one attention layer (its scale, window and soft cap are constants of it)."""
+def kernel_page_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, rows: int,
+                        page_size: int) -> torch.Tensor:
+    """The pages of the step's requests (their rows of ``req_to_token``, a slot per token, page-aligned),
+    padded to ``rows`` requests."""
+    pages = req_to_token.index_select(0, req_pool_indices)[:, ::page_size] // page_size
+    return torch.nn.functional.pad(pages, (0, 0, 0, rows - pages.shape[0]))
+
+
+def layer_op(layer, pool):
+    """The attention op of one layer (its scale, window and soft cap are constants of it) and whether it is
+    the ragged paged-attention kernel (over the interleaved pool, where the kernel takes the layer)."""
     check_supported(layer)
     window = layer.sliding_window_size if layer.sliding_window_size is not None and layer.sliding_window_size > -1 \
         else None
-    return chunked_attention_op(layer.scaling, window, layer.logit_cap or None, PAGE_SIZE, layout="separate")
+    interleaved = isinstance(pool, InterleavedKVPool)
+    if interleaved:
+        reason = ragged_attention.unsupported_reason(layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim,
+                                                     pool.dtype)
+        if reason is None:
+            if ragged_attention.on_tpu():
+                _log_once(logging.INFO, "torchtpu: SGLang attention runs JAX's ragged paged-attention Pallas kernel")
+            else:
+                _log_once(logging.WARNING, "torchtpu: SGLang attention runs JAX's ragged paged-attention Pallas "
+                          "kernel in Pallas' TPU interpreter (slow: for testing)")
+            return ragged_attention.ragged_attention_op(layer.scaling, window, layer.logit_cap or None), True
+        _log_once(logging.WARNING, f"torchtpu: SGLang attention runs the chunked op, not the ragged paged-attention Pallas kernel: "
+                  f"{reason}")
+    layout = "interleaved" if interleaved else "separate"
+    return chunked_attention_op(layer.scaling, window, layer.logit_cap or None, PAGE_SIZE, layout=layout), False
+
+
+_logged: set[str] = set()
+
+
+def _log_once(level: int, message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        logger.log(level, message)
 
 
 def check_supported(layer) -> None:

@@ -105,6 +105,16 @@ class TpuSRTPlatform(SRTPlatform):
         if restored:
             logger.info("torchtpu: %d linear weights stored [in, out] (XLA:CPU's fast bfloat16 layout)", restored)
 
+    def get_kv_pool_cls(self, *, kind: str) -> type | None:
+        """Where the ragged paged-attention kernel runs, SGLang's MHA pool in the kernel's layout."""
+        from .attention import kernel_wanted
+
+        if kind == "mha" and kernel_wanted():
+            from .kv_pool import InterleavedKVPool
+
+            return InterleavedKVPool
+        return None
+
     def get_default_attention_backend(self) -> str:
         return ATTENTION_BACKEND
 

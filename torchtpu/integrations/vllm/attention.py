@@ -26,6 +26,7 @@ from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, Attentio
 from torchtpu.core import tensor
 
 from ..paged_attention import chunk_pages, chunked_attention_op, token_bucket, write_kv_cache
+from .. import ragged_attention
 from . import ATTENTION_BACKEND, pallas_attention
 from .compiled import check_same_rows
 
@@ -45,7 +46,7 @@ class TpuAttentionMetadata:
     block_tables: torch.Tensor     # [S, P] int64, P a multiple of chunk_pages(block_size)
     cached_chunks: torch.Tensor    # [] int64: chunks of pages that the step's longest cached prefix spans
     num_chunks: torch.Tensor       # [] int64: chunks of pages that the step's longest sequence spans
-    # The ragged paged-attention kernel's view of the step (pallas_attention.py):
+    # The ragged paged-attention kernel's view of the step (integrations/ragged_attention.py):
     kv_lens: torch.Tensor          # [S] int32, each request's sequence length, 0 for padding
     cu_q_lens: torch.Tensor        # [S + 1] int32, where each request's tokens start, then the token count
     num_seqs: torch.Tensor         # [1] int32, the requests of the step
@@ -80,9 +81,7 @@ def build_host_metadata(query_start_loc: np.ndarray, seq_lens: np.ndarray, block
         "block_tables": tables,
         "cached_chunks": np.array(-(-int(cached_lens.max(initial=0)) // chunk), np.int64),
         "num_chunks": np.array(max(1, -(-int(seq_lens.max(initial=0)) // chunk)), np.int64),
-        "kv_lens": np.pad(seq_lens, (0, max_reqs - num_reqs)).astype(np.int32),
-        "cu_q_lens": np.pad(query_start_loc, (0, max_reqs - num_reqs), mode="edge").astype(np.int32),
-        "num_seqs": np.array([num_reqs], np.int32),
+        **ragged_attention.request_arrays(query_start_loc, seq_lens, max_reqs),
     }
 
 

@@ -1,6 +1,6 @@
 """Two gaps of jax 0.10's Pallas TPU interpreter that the ragged paged-attention kernel falls into.
 
-Off TPU, :mod:`.pallas_attention` runs JAX's TPU kernel in the TPU
+Off TPU, :mod:`.ragged_attention` runs JAX's TPU kernel in the TPU
 interpreter (``force_tpu_interpret_mode``), which simulates its DMAs and
 semaphores on the host. As shipped, the interpreter cannot run that kernel:
 
