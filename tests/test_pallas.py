@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
@@ -114,3 +115,35 @@ def test_dynamic_sizes_pass_through_the_fake_kernel():
         assert_same(half, (x[rows][: n // 2] * 2).sum(0))
         assert_same(doubled, (torch.cat([x, x]) + 1)[-3:])
     assert counter.frame_count == 1, "one trace serves every size"
+
+
+def test_given_output_shapes_let_size_dependent_python_run_under_dynamic_sizes():
+    """A function whose Python branches on its input's size (a kernel picking its block size) cannot run on a
+    symbolic size; ``shapes=`` gives the fake kernel the outputs' shapes instead, and the function itself runs
+    only on concrete sizes (each compiled size, and eager)."""
+    def blocked_double(x):
+        block = min(8, x.shape[0])  # a Python decision on the size: fails on a symbolic one
+        return (x.reshape(-1, block, *x.shape[1:]) * 2).reshape(x.shape)
+
+    def f(op, x):
+        return op(x).sum(0)
+
+    x = torch.randn(16, 4)
+    on_tpu = x.to("tpu")
+    torch._dynamo.mark_dynamic(on_tpu, 0)
+    plain = torch.tpu.pallas.jax_op(fresh_name("blocked_double"), blocked_double)
+    with pytest.raises(Exception, match="inconclusive"):
+        torch.compile(functools.partial(f, plain), backend="tpu", fullgraph=True)(on_tpu)
+
+    shaped = torch.tpu.pallas.jax_op(fresh_name("blocked_double_shaped"), blocked_double,
+                                     shapes=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype))
+    counter = torch._dynamo.testing.CompileCounterWithBackend("tpu")
+    compiled = torch.compile(functools.partial(f, shaped), backend=counter, fullgraph=True)
+    for n in (16, 24, 40):
+        x = torch.randn(n, 4)
+        on_tpu = x.to("tpu")
+        torch._dynamo.mark_dynamic(on_tpu, 0)
+        assert_same(compiled(on_tpu), (x * 2).sum(0))
+    assert counter.frame_count == 1
+    y = torch.randn(3, 4)
+    assert_same(shaped(y.to("tpu")), y * 2)  # eager

@@ -100,17 +100,21 @@ def _define(name: str, schema: str, array_fn, shape_fn) -> torch._ops.OpOverload
     return op
 
 
-def jax_op(name: str, fn, backward=None):
+def jax_op(name: str, fn, backward=None, shapes=None):
     """``fn(*arrays) -> array or tuple of arrays`` as a torch op; returns a callable on tensors.
 
     ``backward(primals, cotangents) -> gradients`` (lists of arrays) replaces
     ``jax.vjp`` of ``fn`` when given; a gradient may be None.
+    ``shapes(*specs) -> spec or tuple of specs`` (``jax.ShapeDtypeStruct``s) gives
+    the outputs' shapes instead of ``jax.eval_shape`` of ``fn``: for a function
+    whose Python code cannot run on symbolic sizes (a kernel that picks its
+    block sizes from its input's size) inside a graph with dynamic shapes.
     """
     def forward_arrays(inputs):
         return _as_list(fn(*inputs))
 
     def forward_shapes(inputs):
-        return _as_list(jax.eval_shape(fn, *inputs))
+        return _as_list(shapes(*inputs) if shapes is not None else jax.eval_shape(fn, *inputs))
 
     def vjp_arrays(primals, cotangents):
         if backward is not None:

@@ -105,4 +105,10 @@ def ragged_attention_op(scale: float, sliding_window, soft_cap):
         pallas_interpret.install()
     fn = functools.partial(_ragged_attention_jax, scale=float(scale), sliding_window=sliding_window,
                            soft_cap=soft_cap or None, interpret=interpret)
-    return torch.tpu.pallas.jax_op(f"ragged_paged_attention_{next(_op_ids)}", fn)
+    # The output is the query's shape; the kernel's own code cannot run on a symbolic token count (it picks
+    # its blocks from it), which is what a step traced once for every token bucket gives it.
+    return torch.tpu.pallas.jax_op(f"ragged_paged_attention_{next(_op_ids)}", fn, shapes=_query_shaped)
+
+
+def _query_shaped(query, *_):
+    return jax.ShapeDtypeStruct(query.shape, query.dtype)
