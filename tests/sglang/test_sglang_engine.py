@@ -155,23 +155,29 @@ def test_compiled_decode_equals_transformers_and_does_not_recompile(llama_path, 
 
 def test_the_ragged_paged_attention_kernel_serves_greedy_tokens(tmp_path, monkeypatch, capfd):
     """SGLang's engine with the kernel asked for (interpreted here; a TPU's default) and a head size it
-    takes: the pool in the kernel's layout, greedy tokens equal transformers' in float32, on a radix-cache
-    hit, and with decode compiled (nothing compiled again while serving)."""
+    takes: the pool in the kernel's layout with pages of 16 slots (the platform's default for the kernel),
+    greedy tokens equal transformers' in float32, on a radix-cache hit, and with decode compiled (nothing
+    compiled again while serving)."""
     import tiny_models
 
     monkeypatch.setitem(tiny_models.COMMON, "head_dim", 128)
+    from torchtpu import config
+
     monkeypatch.setenv("TORCHTPU_SGLANG_PALLAS_ATTENTION", "1")  # the scheduler process reads it at import
+    monkeypatch.setattr(config.current, "sglang_pallas_attention", True)  # this process resolves the server args
     monkeypatch.setenv("TORCH_LOGS", "recompiles")
     path = tiny_models.write_model(tmp_path, "llama")
-    prompts = PROMPTS[:3]
+    # The last prompt spans more than a page: the radix cache matches whole pages.
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[2] + " and " + PROMPTS[0]]
     expected = transformers_greedy(path, prompts, MAX_TOKENS)
     engine = start_engine(path, enable_torch_compile=True, log_level="warning")
     try:
         started = capfd.readouterr().err
         assert "SGLang attention runs JAX's ragged paged-attention Pallas kernel" in started
+        assert engine.get_server_info()["page_size"] == 16
         assert greedy(engine, prompts) == expected
-        again = engine.generate(prompts[0], dict(GREEDY))  # the first prompt again: served from the radix cache
-        assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == expected[0]
+        again = engine.generate(prompts[2], dict(GREEDY))  # the long prompt again: served from the radix cache
+        assert again["meta_info"]["cached_tokens"] >= 16 and again["output_ids"] == expected[2]
         assert "Recompiling function" not in capfd.readouterr().err
     finally:
         stop_engine()

@@ -65,6 +65,11 @@ class TpuForwardMetadata:
     num_seqs: torch.Tensor | None = None      # [1] int32: the requests of the step
 
 
+# The page size the kernel gets unless the user sets one (--page-size): each page is one DMA, and JAX's tuned
+# table recommends at least 16 slots (SGLang's own default is 1).
+KERNEL_PAGE_SIZE = 16
+
+
 def kernel_wanted() -> bool:
     """SGLang's attention runs the ragged paged-attention kernel on a TPU, and elsewhere when a setting asks
     for it (in Pallas' TPU interpreter: slow, for testing)."""

@@ -146,6 +146,10 @@ class TpuSRTPlatform(SRTPlatform):
         if (Phase.PREFILL, "backend") not in locked:
             graphs = with_phase(graphs, Phase.PREFILL, backend=Backend.DISABLED)
         server_args.cuda_graph_config = graphs
+        from .attention import KERNEL_PAGE_SIZE, kernel_wanted
+
+        if kernel_wanted() and server_args.page_size is None:  # None: not given (SGLang's own default, 1, comes later)
+            server_args.page_size = KERNEL_PAGE_SIZE
         if server_args.attention_backend is None:
             server_args.attention_backend = ATTENTION_BACKEND
         for name in ("prefill_attention_backend", "decode_attention_backend"):
